@@ -12,7 +12,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-PRESET_NAMES = ("tiny", "small", "medium", "base", "large", "xl")
 OptimizerName = Literal["adamw", "sgd"]
 CompressionName = Literal["none", "int8"]
 DeviceName = Literal["cpu", "cuda"]
