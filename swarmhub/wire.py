@@ -64,6 +64,8 @@ class Hello(Message):
     type: Literal["hello"] = "hello"
     peer_id: int
     credential: str
+    throughput: float = Field(default=0.0, ge=0)
+    """Samples per second from the peer's start-up benchmark on the run's model."""
 
 
 class Heartbeat(Message):
@@ -115,6 +117,14 @@ class StepApplied(Message):
     stage: int
 
 
+class StageReady(Message):
+    """The peer holds its stage's parameters as of the start of `step` and can serve calls."""
+
+    type: Literal["stage_ready"] = "stage_ready"
+    stage: int
+    step: int
+
+
 class Goodbye(Message):
     """The peer leaves on purpose (Ctrl-C); not a failure."""
 
@@ -122,7 +132,15 @@ class Goodbye(Message):
 
 
 PeerToCoordinatorMessage = Annotated[
-    Hello | Heartbeat | WorkRequest | MicrobatchDone | MicrobatchFailed | AveragingDone | StepApplied | Goodbye,
+    Hello
+    | Heartbeat
+    | WorkRequest
+    | MicrobatchDone
+    | MicrobatchFailed
+    | AveragingDone
+    | StepApplied
+    | StageReady
+    | Goodbye,
     Field(discriminator="type"),
 ]
 PeerToCoordinator: TypeAdapter[PeerToCoordinatorMessage] = TypeAdapter(PeerToCoordinatorMessage)

@@ -1,0 +1,142 @@
+"""Batch accounting for one global step: which microbatches were sent, finished, failed, counted.
+
+The coordinator grants microbatches (a range of global sample indices each) until the step has
+enough finished samples for the run's target batch size. Nothing here does I/O; the coordinator
+feeds events in and acts on what comes back.
+
+The books balance per stage: for every step, samples counted on a stage (gradients that stage's
+peers actually accumulated and averaged) plus samples lost on that stage equal samples sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, kw_only=True)
+class Grant:
+    microbatch_id: str
+    trainer_id: int
+    first_sample: int
+    samples: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageTally:
+    counted: int
+    lost: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepSummary:
+    step: int
+    loss: float | None
+    samples_sent: int
+    samples_done: int
+    stage_tallies: list[StageTally]
+
+    @property
+    def samples_lost(self) -> int:
+        return max((t.lost for t in self.stage_tallies), default=0)
+
+
+@dataclass(kw_only=True)
+class StepBook:
+    """One step's microbatches. `next_sample` is the run's data cursor and carries to the next step."""
+
+    step: int
+    target_batch_size: int
+    microbatch_size: int
+    next_sample: int
+    outstanding: dict[str, Grant] = field(default_factory=dict)
+    done: dict[str, Grant] = field(default_factory=dict)
+    failed: dict[str, Grant] = field(default_factory=dict)
+    losses: dict[str, float] = field(default_factory=dict)
+    _sequence: int = 0
+
+    def __post_init__(self) -> None:
+        if self.target_batch_size < 1 or self.microbatch_size < 1:
+            raise ValueError("target batch size and microbatch size must be positive")
+
+    @property
+    def samples_done(self) -> int:
+        return sum(g.samples for g in self.done.values())
+
+    @property
+    def samples_outstanding(self) -> int:
+        return sum(g.samples for g in self.outstanding.values())
+
+    @property
+    def samples_sent(self) -> int:
+        return self.samples_done + self.samples_outstanding + sum(g.samples for g in self.failed.values())
+
+    def grant(self, trainer_id: int) -> Grant | None:
+        """A new microbatch for `trainer_id`, or None when what is done or in flight already fills the step.
+
+        The last microbatch of a step is cut short so the step holds exactly the target.
+        """
+        missing = self.target_batch_size - self.samples_done - self.samples_outstanding
+        if missing <= 0:
+            return None
+        samples = min(self.microbatch_size, missing)
+        grant = Grant(
+            microbatch_id=f"s{self.step}-m{self._sequence}",
+            trainer_id=trainer_id,
+            first_sample=self.next_sample,
+            samples=samples,
+        )
+        self._sequence += 1
+        self.next_sample += samples
+        self.outstanding[grant.microbatch_id] = grant
+        return grant
+
+    def complete(self, microbatch_id: str, loss: float) -> bool:
+        """Record a finished microbatch; False if it is not outstanding (unknown, late or repeated)."""
+        grant = self.outstanding.pop(microbatch_id, None)
+        if grant is None:
+            return False
+        self.done[microbatch_id] = grant
+        self.losses[microbatch_id] = loss
+        return True
+
+    def fail(self, microbatch_id: str) -> Grant | None:
+        """Record a microbatch its trainer gave up on. Its samples are not granted again this step:
+        some stages may already hold their gradients, and seeing them twice would double-count."""
+        grant = self.outstanding.pop(microbatch_id, None)
+        if grant is not None:
+            self.failed[microbatch_id] = grant
+        return grant
+
+    def fail_trainer(self, trainer_id: int) -> list[Grant]:
+        """A trainer vanished: everything it had in flight has failed."""
+        ids = [mb for mb, g in self.outstanding.items() if g.trainer_id == trainer_id]
+        return [g for g in (self.fail(mb) for mb in ids) if g is not None]
+
+    def ready_for_barrier(self) -> bool:
+        return not self.outstanding and self.samples_done >= self.target_batch_size
+
+    def samples_of(self, microbatch_ids: list[str]) -> int:
+        """Samples of the granted microbatches among `microbatch_ids` (each counted once)."""
+        granted = self.done | self.failed | self.outstanding
+        return sum(granted[mb].samples for mb in set(microbatch_ids) if mb in granted)
+
+    def summarize(self, counted_per_stage: list[list[str]]) -> StepSummary:
+        """Close the books: `counted_per_stage[s]` lists the microbatch ids stage s averaged."""
+        sent = self.samples_sent
+        tallies = []
+        for ids in counted_per_stage:
+            counted = self.samples_of(ids)
+            tallies.append(StageTally(counted=counted, lost=sent - counted))
+        total = self.samples_done
+        loss = sum(self.losses[mb] * self.done[mb].samples for mb in self.done) / total if total else None
+        return StepSummary(
+            step=self.step, loss=loss, samples_sent=sent, samples_done=total, stage_tallies=tallies
+        )
+
+    def next_book(self) -> StepBook:
+        return StepBook(
+            step=self.step + 1,
+            target_batch_size=self.target_batch_size,
+            microbatch_size=self.microbatch_size,
+            next_sample=self.next_sample,
+        )
