@@ -24,7 +24,9 @@ from peer.compression import CODECS, Buffer, codec_for
 MAGIC = b"SWH1"
 _PREFIX = struct.Struct(">4sI")
 PREFIX_SIZE = _PREFIX.size
-MAX_HEADER_BYTES = 64 * 1024
+# Room for a whole stage state (model + optimizer: ~1,200 tensor entries for the large preset) and long
+# lists of counted microbatch ids, while a hostile peer still cannot make us buffer much text.
+MAX_HEADER_BYTES = 1024 * 1024
 
 DTypeName = Literal["float32", "float16", "bfloat16", "int64"]
 FrameKind = Literal["forward", "backward", "forward_backward", "push_grads", "fetch_state", "result", "error"]
