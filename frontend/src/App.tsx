@@ -1,0 +1,73 @@
+import { useCallback, useEffect, useState } from "react";
+import { api, ApiError } from "./api";
+import type { User } from "./types";
+import { navigate, useRoute } from "./router";
+import { LoginPage } from "./pages/LoginPage";
+import { RunsPage } from "./pages/RunsPage";
+import { CreateRunPage } from "./pages/CreateRunPage";
+import { RunPage } from "./pages/RunPage";
+import { AdminPage } from "./pages/AdminPage";
+
+export function App() {
+  const [user, setUser] = useState<User | null | undefined>(undefined);
+  const route = useRoute();
+
+  const loadMe = useCallback(async () => {
+    try {
+      setUser(await api.get<User>("/api/auth/me"));
+    } catch (error) {
+      if (error instanceof ApiError && (error.status === 401 || error.status === 403)) setUser(null);
+      else setUser(null);
+    }
+  }, []);
+
+  useEffect(() => {
+    void loadMe();
+    const onUnauthorized = () => setUser(null);
+    window.addEventListener("swarmhub:unauthorized", onUnauthorized);
+    return () => window.removeEventListener("swarmhub:unauthorized", onUnauthorized);
+  }, [loadMe]);
+
+  async function logout() {
+    try {
+      await api.post("/api/auth/logout");
+    } finally {
+      setUser(null);
+      navigate("/");
+    }
+  }
+
+  if (user === undefined) return <div className="loading">Loading…</div>;
+  if (user === null) return <LoginPage onSignedIn={setUser} />;
+
+  return (
+    <>
+      <header className="topbar">
+        <a className="brand" href="#/">
+          SwarmHub
+        </a>
+        <nav>
+          <a href="#/">Runs</a>
+          <a href="#/runs/new">New run</a>
+          {user.role === "admin" && <a href="#/admin">Admin</a>}
+        </nav>
+        <div className="who">
+          <span data-testid="current-user">
+            {user.username} <span className="muted">({user.role})</span>
+          </span>
+          <button type="button" className="link" onClick={() => void logout()}>
+            Sign out
+          </button>
+        </div>
+      </header>
+      <main>
+        {route.page === "runs" && <RunsPage user={user} />}
+        {route.page === "new-run" && <CreateRunPage />}
+        {route.page === "run" && <RunPage key={route.runId} runId={route.runId} />}
+        {route.page === "admin" &&
+          (user.role === "admin" ? <AdminPage /> : <p className="error">Admins only.</p>)}
+        {route.page === "not-found" && <p>No page at {route.path}.</p>}
+      </main>
+    </>
+  );
+}

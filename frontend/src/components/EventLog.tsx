@@ -1,0 +1,19 @@
+import type { EventOut } from "../feed-types";
+import { formatTime } from "../format";
+
+export function EventLog({ events }: { events: EventOut[] }) {
+  return (
+    <div className="event-log" data-testid="event-log">
+      {events.length === 0 && <p className="muted">No events yet.</p>}
+      <ul>
+        {events.map((event) => (
+          <li key={event.id} className={`event event-${event.kind}`}>
+            <time>{formatTime(event.created_at)}</time>
+            <span className="event-kind">{event.kind}</span>
+            <span className="event-message">{event.message}</span>
+          </li>
+        ))}
+      </ul>
+    </div>
+  );
+}

@@ -1,0 +1,200 @@
+import { useEffect, useState, type FormEvent, type ReactNode } from "react";
+import { api, ApiError, errorMessage } from "../api";
+import type { RunDetail } from "../feed-types";
+import { formatCount } from "../format";
+import { PRESETS, type Preset } from "../presets";
+import { navigate } from "../router";
+import type { RunCreate } from "../types";
+import { DEFAULT_FORM, placeMessages, validateRunForm, type FieldErrors, type RunForm } from "../validation";
+
+const FIELD_NAMES = Object.keys(DEFAULT_FORM);
+
+function Field(props: {
+  name: keyof RunCreate;
+  label: string;
+  errors: FieldErrors;
+  hint?: string;
+  children: ReactNode;
+}) {
+  const error = props.errors[props.name];
+  return (
+    <div className={error ? "field has-error" : "field"}>
+      <label htmlFor={`f-${props.name}`}>{props.label}</label>
+      {props.children}
+      {props.hint && !error && <div className="hint">{props.hint}</div>}
+      {error && (
+        <div className="field-error" data-field={props.name} id={`e-${props.name}`} role="alert">
+          {error}
+        </div>
+      )}
+    </div>
+  );
+}
+
+export function CreateRunPage() {
+  const [form, setForm] = useState<RunForm>(DEFAULT_FORM);
+  const [errors, setErrors] = useState<FieldErrors>({});
+  const [formError, setFormError] = useState("");
+  const [presets, setPresets] = useState<Preset[]>(PRESETS);
+  const [busy, setBusy] = useState(false);
+
+  useEffect(() => {
+    // Prefer the coordinator's own list when it offers one; the built-in table otherwise.
+    api
+      .get<Preset[]>("/api/presets")
+      .then((list) => Array.isArray(list) && list.length > 0 && setPresets(list))
+      .catch(() => undefined);
+  }, []);
+
+  const preset = presets.find((p) => p.name === form.model_preset);
+
+  function set<K extends keyof RunForm>(key: K, value: string) {
+    setForm((f) => ({ ...f, [key]: value }));
+    if (errors[key]) setErrors((e) => ({ ...e, [key]: undefined }));
+  }
+
+  const input = (name: keyof RunCreate, type = "text", extra: Record<string, string> = {}) => (
+    <input
+      id={`f-${name}`}
+      name={name}
+      type={type}
+      value={form[name]}
+      aria-invalid={errors[name] ? true : undefined}
+      aria-describedby={errors[name] ? `e-${name}` : undefined}
+      onChange={(e) => set(name, e.target.value)}
+      {...extra}
+    />
+  );
+
+  async function submit(event: FormEvent) {
+    event.preventDefault();
+    setFormError("");
+    const checked = validateRunForm(form, preset);
+    if (checked.errors) {
+      setErrors(checked.errors);
+      return;
+    }
+    setErrors({});
+    setBusy(true);
+    try {
+      const run = await api.post<RunDetail>("/api/runs", checked.body);
+      navigate(`/runs/${run.id}`);
+    } catch (e) {
+      if (e instanceof ApiError && (Object.keys(e.fields).length > 0 || e.unplaced.length > 0)) {
+        // 422: errors with a field loc go next to that field; model-level ones next to the field
+        // they name; whatever is left (or names an unknown field) above the button.
+        const placed = placeMessages(e.unplaced, FIELD_NAMES);
+        const fields: FieldErrors = { ...placed.fields };
+        const rest = [...placed.rest];
+        for (const [field, message] of Object.entries(e.fields)) {
+          if (FIELD_NAMES.includes(field)) fields[field] = message;
+          else rest.push(`${field}: ${message}`);
+        }
+        setErrors(fields);
+        setFormError(rest.length > 0 ? rest.join("; ") : "The coordinator rejected some fields.");
+      } else {
+        setFormError(errorMessage(e));
+      }
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  return (
+    <section>
+      <h1>New run</h1>
+      <form className="card run-form" noValidate onSubmit={(e) => void submit(e)}>
+        <Field name="name" label="Name" errors={errors}>
+          {input("name", "text", { placeholder: "my-first-swarm" })}
+        </Field>
+        <Field
+          name="model_preset"
+          label="Model preset"
+          errors={errors}
+          hint={preset ? `${formatCount(preset.parameter_count)} parameters` : undefined}
+        >
+          <select
+            id="f-model_preset"
+            name="model_preset"
+            value={form.model_preset}
+            onChange={(e) => set("model_preset", e.target.value)}
+          >
+            {presets.map((p) => (
+              <option key={p.name} value={p.name}>
+                {p.name} — {formatCount(p.parameter_count)} parameters
+              </option>
+            ))}
+          </select>
+        </Field>
+        <Field name="dataset" label="Dataset" errors={errors} hint="python-stdlib (bundled) or a path on the peers">
+          {input("dataset")}
+        </Field>
+        <Field name="num_stages" label="Pipeline stages" errors={errors}>
+          {input("num_stages", "number", { min: "1", max: "64" })}
+        </Field>
+        <Field name="target_batch_size" label="Target batch size" errors={errors} hint="samples per global step">
+          {input("target_batch_size", "number", { min: "1" })}
+        </Field>
+        <Field name="microbatch_size" label="Microbatch size" errors={errors}>
+          {input("microbatch_size", "number", { min: "1" })}
+        </Field>
+        <Field
+          name="seq_len"
+          label="Sequence length"
+          errors={errors}
+          hint={preset?.max_seq_len ? `at most ${preset.max_seq_len} for ${preset.name}` : undefined}
+        >
+          {input("seq_len", "number", { min: "8" })}
+        </Field>
+        <Field name="optimizer" label="Optimizer" errors={errors}>
+          <select
+            id="f-optimizer"
+            name="optimizer"
+            value={form.optimizer}
+            onChange={(e) => set("optimizer", e.target.value)}
+          >
+            <option value="adamw">AdamW</option>
+            <option value="sgd">SGD</option>
+          </select>
+        </Field>
+        <Field name="learning_rate" label="Learning rate" errors={errors}>
+          {input("learning_rate", "text", { inputMode: "decimal" })}
+        </Field>
+        <Field name="warmup_steps" label="Warm-up steps" errors={errors}>
+          {input("warmup_steps", "number", { min: "0" })}
+        </Field>
+        <Field name="weight_decay" label="Weight decay" errors={errors}>
+          {input("weight_decay", "text", { inputMode: "decimal" })}
+        </Field>
+        <Field name="compression" label="Compression" errors={errors} hint="of activations and gradients between peers">
+          <select
+            id="f-compression"
+            name="compression"
+            value={form.compression}
+            onChange={(e) => set("compression", e.target.value)}
+          >
+            <option value="none">none (exact)</option>
+            <option value="int8">int8 (blockwise 8-bit)</option>
+          </select>
+        </Field>
+        <Field name="max_steps" label="Max steps" errors={errors} hint="empty: run until stopped">
+          {input("max_steps", "number", { min: "1" })}
+        </Field>
+        <Field name="seed" label="Seed" errors={errors}>
+          {input("seed", "number", { min: "0" })}
+        </Field>
+        {formError && (
+          <p className="error form-error" role="alert">
+            {formError}
+          </p>
+        )}
+        <div className="actions">
+          <button type="submit" disabled={busy}>
+            {busy ? "Creating…" : "Create run"}
+          </button>
+          <a href="#/">Cancel</a>
+        </div>
+      </form>
+    </section>
+  );
+}

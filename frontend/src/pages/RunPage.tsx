@@ -1,0 +1,183 @@
+import { useEffect, useMemo, useState } from "react";
+import { api, errorMessage } from "../api";
+import { Chart } from "../components/Chart";
+import { EventLog } from "../components/EventLog";
+import { JoinPanel } from "../components/JoinPanel";
+import { StatusBadge } from "../components/StatusBadge";
+import { SwarmView } from "../components/SwarmView";
+import type { RunDetail, RunOut } from "../feed-types";
+import { formatCount, formatNumber } from "../format";
+import { useRunFeed } from "../hooks/useRunFeed";
+import { formatDuration } from "../series";
+
+function FeedIndicator({ status, retryInMs }: { status: string; retryInMs?: number }) {
+  const text =
+    status === "reconnecting" && retryInMs !== undefined
+      ? `reconnecting in ${Math.ceil(retryInMs / 1000)}s`
+      : status;
+  return (
+    <span className={`feed feed-${status}`} data-testid="feed-status" data-status={status}>
+      ● {text}
+    </span>
+  );
+}
+
+export function RunPage({ runId }: { runId: number }) {
+  const { state, series, setRun } = useRunFeed(runId);
+  const [error, setError] = useState("");
+  const [busy, setBusy] = useState(false);
+  const [showDeparted, setShowDeparted] = useState(false);
+
+  // Show the run at once from REST; the feed's snapshot takes over when it arrives.
+  useEffect(() => {
+    api
+      .get<RunDetail>(`/api/runs/${runId}`)
+      .then((run) => setRun(run))
+      .catch((e) => setError(errorMessage(e)));
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [runId]);
+
+  const run = state.run;
+  const columns = useMemo(() => series.columns(2), [series, state.chartVersion]);
+  const lossData = useMemo(() => [columns[0], columns[1]], [columns]);
+  const rateData = useMemo(() => [columns[0], columns[2]], [columns]);
+
+  async function action(name: "pause" | "resume") {
+    setBusy(true);
+    setError("");
+    try {
+      setRun(await api.post<RunOut>(`/api/runs/${runId}/${name}`));
+    } catch (e) {
+      setError(errorMessage(e));
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  if (!run) {
+    return error ? <p className="error">{error}</p> : <p className="muted">Loading run…</p>;
+  }
+
+  const remaining = run.max_steps ? Math.max(0, run.max_steps - run.current_step) : null;
+  const eta =
+    remaining === null
+      ? "no step limit"
+      : remaining === 0
+        ? "done"
+        : state.stepRate
+          ? formatDuration(remaining / state.stepRate)
+          : "—";
+  const lastRate = state.lastStep ? columns[2][columns[2].length - 1] : null;
+
+  return (
+    <section className="run-page">
+      <div className="page-head">
+        <div>
+          <h1 data-testid="run-name">{run.name}</h1>
+          <div className="muted">
+            {run.model_preset} · {formatCount(run.parameter_count)} parameters · {run.num_stages} stage
+            {run.num_stages === 1 ? "" : "s"} · batch {run.target_batch_size} (micro {run.microbatch_size}) · seq{" "}
+            {run.seq_len} · {run.optimizer} lr {run.learning_rate} · compression {run.compression}
+          </div>
+        </div>
+        <div className="head-actions">
+          <StatusBadge status={run.status} />
+          <FeedIndicator status={state.status} retryInMs={state.retryInMs} />
+          {run.status === "active" && (
+            <button type="button" className="secondary" disabled={busy} onClick={() => void action("pause")}>
+              Pause
+            </button>
+          )}
+          {run.status === "paused" && (
+            <button type="button" disabled={busy} onClick={() => void action("resume")}>
+              Resume
+            </button>
+          )}
+        </div>
+      </div>
+      {error && <p className="error">{error}</p>}
+
+      <div className="stats">
+        <div className="stat">
+          <span className="stat-label">Step</span>
+          <span className="stat-value" data-testid="current-step">
+            {run.current_step}
+            {run.max_steps ? <span className="muted"> / {run.max_steps}</span> : null}
+          </span>
+        </div>
+        <div className="stat">
+          <span className="stat-label">Loss</span>
+          <span className="stat-value" data-testid="latest-loss">
+            {formatNumber(run.latest_loss)}
+          </span>
+        </div>
+        <div className="stat">
+          <span className="stat-label">Samples/s</span>
+          <span className="stat-value">{formatNumber(lastRate, 1)}</span>
+        </div>
+        <div className="stat">
+          <span className="stat-label">ETA</span>
+          <span className="stat-value" data-testid="eta">
+            {eta}
+          </span>
+        </div>
+        <div className="stat">
+          <span className="stat-label">Peers</span>
+          <span className="stat-value" data-testid="peer-count">
+            {state.peers.filter((p) => p.state === "active").length}
+          </span>
+        </div>
+      </div>
+
+      <div className="grid-2">
+        <div className="card">
+          <h2>Join this run</h2>
+          <JoinPanel runId={runId} />
+        </div>
+        <div className="card">
+          <h2>Events</h2>
+          <EventLog events={state.events} />
+        </div>
+      </div>
+
+      <div className="card">
+        <div className="card-head">
+          <h2>Swarm</h2>
+          <label className="inline">
+            <input type="checkbox" checked={showDeparted} onChange={(e) => setShowDeparted(e.target.checked)} />
+            show departed peers
+          </label>
+        </div>
+        <SwarmView
+          numStages={run.num_stages}
+          peers={state.peers}
+          moving={state.moving}
+          showDeparted={showDeparted}
+        />
+      </div>
+
+      <div className="grid-2">
+        <div className="card">
+          <Chart
+            title="Loss"
+            label="loss"
+            color="#2563eb"
+            data={lossData}
+            version={state.chartVersion}
+            testId="loss-chart"
+          />
+        </div>
+        <div className="card">
+          <Chart
+            title="Throughput"
+            label="samples/s"
+            color="#16a34a"
+            data={rateData}
+            version={state.chartVersion}
+            testId="rate-chart"
+          />
+        </div>
+      </div>
+    </section>
+  );
+}
