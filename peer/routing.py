@@ -22,6 +22,8 @@ class _PeerSlot:
     throughput: float
     banned_until: float = 0.0
     failures: int = 0
+    stale: bool = False
+    """Banned since its last choice: its finish time stood still while the others' advanced."""
 
 
 @dataclass(kw_only=True)
@@ -38,8 +40,11 @@ class StageRouter:
         for peer_id in list(self._slots):
             if peer_id not in throughputs:
                 del self._slots[peer_id]
-        # A new peer enters at the current minimum, so it is tried at once.
-        start = min((s.finish_time for s in self._slots.values()), default=0.0)
+        # A new peer enters at the current minimum, so it is tried at once. A banned peer's finish
+        # time is stale and does not count: entering there would hand the newcomer every call
+        # until it caught up.
+        fresh = [s.finish_time for s in self._slots.values() if not s.stale]
+        start = min(fresh or [s.finish_time for s in self._slots.values()], default=0.0)
         for peer_id, throughput in throughputs.items():
             slot = self._slots.get(peer_id)
             if slot is None:
@@ -51,6 +56,15 @@ class StageRouter:
 
     def choose(self, samples: int, now: float, exclude: frozenset[int] = frozenset()) -> int | None:
         """The peer for a call of `samples` samples, or None if every peer is banned or excluded."""
+        # A peer back from a ban re-enters at the current minimum (as a new one does), not at its
+        # stale finish time, which would send it every call until it caught up with the others.
+        live = [s for s in self._slots.values() if s.banned_until <= now]
+        floor = min((s.finish_time for s in live if not s.stale), default=None)
+        for slot in live:
+            if slot.stale:
+                slot.stale = False
+                if floor is not None:
+                    slot.finish_time = max(slot.finish_time, floor)
         candidates = [
             (slot.finish_time, self.rng.random(), peer_id)
             for peer_id, slot in self._slots.items()
@@ -73,6 +87,7 @@ class StageRouter:
         if slot is None:
             return
         slot.failures += 1
+        slot.stale = True
         slot.banned_until = now + min(self.ban_max_s, self.ban_base_s * 2 ** (slot.failures - 1))
 
     def peers(self) -> list[int]:

@@ -1,0 +1,225 @@
+"""StageRouter: throughput-weighted choice of a stage's peer, with bans for failing peers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from peer.routing import MIN_THROUGHPUT, StageRouter
+
+
+def router(
+    throughputs: dict[int, float], seed: int = 0, ban_base_s: float = 1.0, ban_max_s: float = 30.0
+) -> StageRouter:
+    r = StageRouter(rng=random.Random(seed), ban_base_s=ban_base_s, ban_max_s=ban_max_s)
+    r.update_peers(throughputs)
+    return r
+
+
+def counts(r: StageRouter, n: int, samples: int = 1, now: float = 0.0) -> dict[int, int]:
+    out = {p: 0 for p in r.peers()}
+    for _ in range(n):
+        p = r.choose(samples, now)
+        assert p is not None
+        out[p] += 1
+    return out
+
+
+# ---- proportional shares ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "throughputs",
+    [
+        {1: 10.0},
+        {1: 10.0, 2: 10.0},
+        {1: 100.0, 2: 50.0, 3: 25.0, 4: 25.0},
+        {1: 1.0, 2: 9.0},
+        {7: 3.0, 8: 5.0, 9: 7.0, 10: 11.0, 11: 13.0},
+        {1: 1000.0, 2: 1.0},
+    ],
+)
+@pytest.mark.parametrize("seed", [0, 1, 2, 12345])
+@pytest.mark.parametrize("samples", [1, 8])
+def test_share_is_proportional_to_throughput(throughputs: dict[int, float], seed: int, samples: int) -> None:
+    n = 5000
+    got = counts(router(throughputs, seed), n, samples)
+    total = sum(throughputs.values())
+    for peer, t in throughputs.items():
+        # IWRR is deterministic up to tie-breaks: each peer is at most about one call off its share.
+        assert got[peer] == pytest.approx(n * t / total, abs=max(2.0, 0.002 * n))
+
+
+def test_same_seed_same_sequence() -> None:
+    def sequence(seed: int) -> list[int | None]:
+        r = router({1: 5.0, 2: 5.0, 3: 5.0}, seed)
+        return [r.choose(1, 0.0) for _ in range(200)]
+
+    assert sequence(7) == sequence(7)
+    assert len({tuple(sequence(s)) for s in range(5)}) > 1  # ties really are broken at random
+
+
+def test_share_follows_a_throughput_update() -> None:
+    r = router({1: 10.0, 2: 10.0}, seed=3)
+    counts(r, 1000)
+    r.update_peers({1: 30.0, 2: 10.0})
+    got = counts(r, 4000)
+    assert got[1] == pytest.approx(3000, abs=10)
+    assert got[2] == pytest.approx(1000, abs=10)
+
+
+def test_unmeasured_peer_gets_a_finite_tiny_share_but_is_tried_first() -> None:
+    r = router({1: 0.0, 2: 10.0}, seed=0)
+    got = counts(r, 1000)
+    assert got[1] >= 1  # tried (entered at the minimum)
+    assert got[1] <= 2  # then 1 / MIN_THROUGHPUT seconds of virtual time per call
+    assert got[2] >= 998
+    assert 1 / MIN_THROUGHPUT > 1000 / 10.0
+
+
+# ---- joining and leaving ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("warmup_calls", [0, 1, 2, 7, 100, 1001])
+@pytest.mark.parametrize("new_throughput", [0.0, 5.0, 1000.0])
+def test_new_peer_is_tried_at_once(seed: int, warmup_calls: int, new_throughput: float) -> None:
+    """The newcomer enters at the current minimum finish time. Peers sitting at that minimum tie
+    with it (random tie-break, as in the reference code), so it may wait for them, but it is chosen
+    before any existing peer is chosen a second time, whatever its own throughput."""
+    r = router({1: 10.0, 2: 20.0, 3: 40.0}, seed)
+    counts(r, warmup_calls)
+    r.update_peers({1: 10.0, 2: 20.0, 3: 40.0, 4: new_throughput})
+    seen: list[int | None] = []
+    while (p := r.choose(1, 0.0)) != 4:
+        assert p not in seen
+        seen.append(p)
+    assert len(seen) <= 3
+
+
+def test_newcomer_tied_with_the_minimum_wins_the_toss_about_half_the_time() -> None:
+    firsts = []
+    for seed in range(200):
+        r = router({1: 10.0}, seed)
+        counts(r, 5)  # peer 1 sits at 0.5; the newcomer enters there too
+        r.update_peers({1: 10.0, 2: 10.0})
+        first, second = r.choose(1, 0.0), r.choose(1, 0.0)
+        assert {first, second} == {1, 2}
+        firsts.append(first)
+    assert 60 <= firsts.count(2) <= 140
+
+
+def test_first_peers_start_at_zero_and_all_are_tried() -> None:
+    r = router({1: 1.0, 2: 2.0, 3: 3.0}, seed=5)
+    assert {r.choose(1, 0.0) for _ in range(3)} == {1, 2, 3}
+
+
+def test_update_peers_removes_departed_peers() -> None:
+    r = router({1: 10.0, 2: 10.0, 3: 10.0}, seed=0)
+    counts(r, 30)
+    r.update_peers({1: 10.0, 3: 10.0})
+    assert r.peers() == [1, 3]
+    assert 2 not in {r.choose(1, 0.0) for _ in range(100)}
+    r.update_peers({})
+    assert r.peers() == []
+    assert r.choose(1, 0.0) is None
+
+
+def test_reports_about_unknown_peers_are_ignored() -> None:
+    r = router({1: 10.0}, seed=0)
+    r.report_failure(99, now=0.0)
+    r.report_success(99)
+    assert r.peers() == [1]
+    assert r.choose(1, 0.0) == 1
+
+
+def test_empty_router_chooses_none() -> None:
+    assert StageRouter(rng=random.Random(0)).choose(1, 0.0) is None
+
+
+# ---- exclusion and bans -----------------------------------------------------------------------
+
+
+def test_exclude_set_is_honoured() -> None:
+    r = router({1: 100.0, 2: 10.0, 3: 10.0}, seed=0)
+    for _ in range(200):
+        assert r.choose(1, 0.0, exclude=frozenset({1})) in (2, 3)
+    assert r.choose(1, 0.0, exclude=frozenset({1, 2})) == 3
+    assert r.choose(1, 0.0, exclude=frozenset({1, 2, 3})) is None
+    assert r.choose(1, 0.0, exclude=frozenset({42})) is not None
+
+
+@pytest.mark.parametrize(
+    ("base", "cap", "expected_bans"),
+    [
+        (1.0, 30.0, [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]),
+        (0.5, 3.0, [0.5, 1.0, 2.0, 3.0, 3.0]),
+        (2.0, 2.0, [2.0, 2.0, 2.0]),
+        (5.0, 100.0, [5.0, 10.0, 20.0, 40.0, 80.0, 100.0]),
+    ],
+)
+def test_ban_backs_off_exponentially_up_to_the_cap(
+    base: float, cap: float, expected_bans: list[float]
+) -> None:
+    r = router({1: 10.0, 2: 10.0}, seed=0, ban_base_s=base, ban_max_s=cap)
+    now = 1000.0
+    for ban in expected_bans:
+        r.report_failure(1, now)
+        # Banned and excluded right up to now + ban, back at now + ban.
+        for t in (now, now + ban / 2, now + ban * (1 - 1e-9)):
+            assert 1 not in {r.choose(1, t) for _ in range(20)}
+        back = now + ban
+        assert 1 in {r.choose(1, back) for _ in range(4)}
+        now = back + 0.5
+
+
+def test_success_resets_the_backoff() -> None:
+    r = router({1: 10.0, 2: 10.0}, seed=0, ban_base_s=1.0, ban_max_s=30.0)
+    for now in (0.0, 10.0, 20.0):
+        r.report_failure(1, now)  # bans of 1, 2, 4 s
+    assert r.choose(1, 23.9, exclude=frozenset({2})) is None
+    assert r.choose(1, 24.0, exclude=frozenset({2})) == 1
+    r.report_success(1)
+    r.report_failure(1, 100.0)  # back to the base ban
+    assert r.choose(1, 100.9, exclude=frozenset({2})) is None
+    assert r.choose(1, 101.0, exclude=frozenset({2})) == 1
+
+
+def test_none_when_every_peer_is_banned() -> None:
+    r = router({1: 10.0, 2: 20.0}, seed=0, ban_base_s=1.0)
+    r.report_failure(1, 0.0)
+    r.report_failure(2, 0.5)
+    assert r.choose(1, 0.9) is None
+    assert r.choose(1, 1.0) == 1
+    assert r.choose(1, 1.4, exclude=frozenset({1})) is None
+    assert r.choose(1, 1.5, exclude=frozenset({1})) == 2
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_peer_back_from_a_ban_is_not_flooded(seed: int) -> None:
+    """A banned peer's finish time stands still while the others' advance. Back from the ban it
+    re-enters at the current minimum, as a new peer does, rather than taking every call until it
+    has caught up (which would pile the stage's whole load onto the peer that just failed)."""
+    r = router({1: 10.0, 2: 10.0}, seed, ban_base_s=1.0)
+    r.report_failure(1, now=0.0)
+    assert counts(r, 200, now=0.5) == {1: 0, 2: 200}
+    got = counts(r, 100, now=2.0)
+    assert got[1] == pytest.approx(50, abs=2)
+    assert got[2] == pytest.approx(50, abs=2)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_peer_joining_during_a_ban_is_not_flooded(seed: int) -> None:
+    """A newcomer enters at the minimum over peers in service, not at a banned peer's stale time."""
+    r = router({1: 10.0, 2: 10.0}, seed, ban_base_s=30.0)
+    r.report_failure(1, now=0.0)
+    counts(r, 300, now=1.0)
+    r.update_peers({1: 10.0, 2: 10.0, 3: 10.0})
+    got = counts(r, 100, now=2.0)
+    assert got[1] == 0
+    assert got[2] == pytest.approx(50, abs=2)
+    assert got[3] == pytest.approx(50, abs=2)
+    # After the ban all three share evenly.
+    got = counts(r, 300, now=31.0)
+    assert all(v == pytest.approx(100, abs=2) for v in got.values())
