@@ -1,0 +1,213 @@
+"""The coordinator's tables. Change them only together with a new revision in migrations/versions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Explicit constraint names keep migrations identical on SQLite and PostgreSQL, and let later
+# revisions drop or alter constraints by name.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+USER_ROLES = ("owner", "admin")
+RUN_STATUSES = ("active", "paused", "archived", "finished")
+PEER_STATES = ("joining", "active", "lost", "left", "kicked", "banned")
+COMPRESSIONS = ("none", "int8")
+OPTIMIZERS = ("adamw", "sgd")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on both databases (SQLite keeps no zone, so we restore it)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> sa.CheckConstraint:
+    allowed = ", ".join(f"'{v}'" for v in values)
+    return sa.CheckConstraint(f"{column} IN ({allowed})", name=column)
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        float: sa.Double(),
+        dict[str, Any]: sa.JSON(),
+    }
+
+
+class User(Base):
+    __tablename__ = "users"
+    __table_args__ = (_one_of("role", USER_ROLES),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    username: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    password_hash: Mapped[str] = mapped_column(sa.String(255))
+    role: Mapped[str] = mapped_column(sa.String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    disabled: Mapped[bool] = mapped_column(default=False)
+
+
+class AuthSession(Base):
+    """A browser or API login; the token itself is never stored, only its sha256."""
+
+    __tablename__ = "auth_sessions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    user_id: Mapped[int] = mapped_column(sa.ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    csrf_token: Mapped[str] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        _one_of("status", RUN_STATUSES),
+        _one_of("compression", COMPRESSIONS),
+        _one_of("optimizer", OPTIMIZERS),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    owner_id: Mapped[int] = mapped_column(sa.ForeignKey("users.id"), index=True)
+    name: Mapped[str] = mapped_column(sa.String(200))
+    model_preset: Mapped[str] = mapped_column(sa.String(32))
+    dataset: Mapped[str] = mapped_column(sa.String(1000))
+    num_stages: Mapped[int]
+    target_batch_size: Mapped[int]
+    microbatch_size: Mapped[int]
+    seq_len: Mapped[int]
+    optimizer: Mapped[str] = mapped_column(sa.String(16))
+    learning_rate: Mapped[float]
+    warmup_steps: Mapped[int]
+    weight_decay: Mapped[float]
+    compression: Mapped[str] = mapped_column(sa.String(16))
+    max_steps: Mapped[int | None]
+    seed: Mapped[int]
+    status: Mapped[str] = mapped_column(sa.String(16), default="active")
+    current_step: Mapped[int] = mapped_column(default=0)
+    next_sample: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    """Global data cursor: the first sample index not yet granted to any trainer."""
+    data_key: Mapped[str] = mapped_column(sa.String(64))
+    """Secret peers use to check each other's data-plane credentials; never leaves via REST."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class JoinToken(Base):
+    __tablename__ = "join_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    label: Mapped[str] = mapped_column(sa.String(100), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]
+
+
+class Peer(Base):
+    __tablename__ = "peers"
+    __table_args__ = (_one_of("state", PEER_STATES),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(sa.String(100))
+    address: Mapped[str] = mapped_column(sa.String(200))
+    device: Mapped[str] = mapped_column(sa.String(16))
+    device_name: Mapped[str] = mapped_column(sa.String(200), default="")
+    throughput: Mapped[float] = mapped_column(default=0.0)
+    queue_length: Mapped[int] = mapped_column(default=0)
+    samples_done: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    stage: Mapped[int | None]
+    state: Mapped[str] = mapped_column(sa.String(16), default="joining")
+    credential_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    join_token_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("join_tokens.id", ondelete="SET NULL"), index=True
+    )
+    last_heartbeat: Mapped[datetime | None]
+    joined_at: Mapped[datetime] = mapped_column(default=utcnow)
+    left_at: Mapped[datetime | None]
+
+
+class StageAssignment(Base):
+    """History of which stage each peer served from which step (the live view is peers.stage)."""
+
+    __tablename__ = "stage_assignments"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    peer_id: Mapped[int] = mapped_column(sa.ForeignKey("peers.id", ondelete="CASCADE"), index=True)
+    stage: Mapped[int]
+    step: Mapped[int]
+    reason: Mapped[str] = mapped_column(sa.String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Step(Base):
+    """One committed global step; samples_counted[stage] + samples_lost balance samples_sent."""
+
+    __tablename__ = "steps"
+    __table_args__ = (sa.UniqueConstraint("run_id", "step"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int]
+    loss: Mapped[float | None]
+    samples_sent: Mapped[int]
+    samples_lost: Mapped[int]
+    samples_counted: Mapped[list[int]] = mapped_column(sa.JSON)
+    duration_s: Mapped[float]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Metric(Base):
+    __tablename__ = "metrics"
+    __table_args__ = (sa.Index(None, "run_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int | None]
+    name: Mapped[str] = mapped_column(sa.String(100))
+    value: Mapped[float]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Event(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int | None] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    peer_id: Mapped[int | None] = mapped_column(sa.ForeignKey("peers.id", ondelete="SET NULL"), index=True)
+    kind: Mapped[str] = mapped_column(sa.String(32))
+    message: Mapped[str] = mapped_column(sa.Text)
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,1 @@
+"""HTTP and websocket routes: thin, validating input and owning the transaction."""

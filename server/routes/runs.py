@@ -1,0 +1,105 @@
+"""Runs and what happened in them. Owners see their own runs, admins every run."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from anyio import from_thread
+from fastapi import APIRouter, Query, Request, status
+
+from server.auth import CurrentUser
+from server.deps import FeedDep, SessionDep
+from server.frames import run_frame
+from server.publish import commit_and_publish
+from server.schemas import AssignmentOut, ErrorOut, EventOut, PeerOut, RunCreate, RunDetail, RunOut, StepOut
+from server.services import events, peers, runs, steps
+
+router = APIRouter(
+    prefix="/api/runs", tags=["runs"], responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}}
+)
+
+Limit = Annotated[int, Query(ge=1, le=1000)]
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+def create_run(body: RunCreate, caller: CurrentUser, session: SessionDep, feed: FeedDep) -> RunDetail:
+    run = runs.create_run(session, caller.user, body)
+    commit_and_publish(session, feed)
+    return runs.run_detail(session, run)
+
+
+@router.get("")
+def list_runs(caller: CurrentUser, session: SessionDep) -> list[RunOut]:
+    return [RunOut.model_validate(run) for run in runs.visible_runs(session, caller.user)]
+
+
+@router.get("/{run_id}")
+def get_run(run_id: int, caller: CurrentUser, session: SessionDep) -> RunDetail:
+    return runs.run_detail(session, runs.get_run_for(session, caller.user, run_id))
+
+
+def _change_status(
+    request: Request, run_id: int, action: str, caller: CurrentUser, session: SessionDep, feed: FeedDep
+) -> RunOut:
+    run = runs.change_status(session, runs.get_run_for(session, caller.user, run_id), action, by=caller.user)
+    commit_and_publish(session, feed, (run.id, run_frame(run)))
+    # Routes run in a worker thread; the live swarm lives on the event loop.
+    from_thread.run(request.app.state.live.run_status_changed, run.id, run.status)
+    return RunOut.model_validate(run)
+
+
+@router.post("/{run_id}/pause", responses={409: {"model": ErrorOut}})
+def pause_run(
+    request: Request, run_id: int, caller: CurrentUser, session: SessionDep, feed: FeedDep
+) -> RunOut:
+    return _change_status(request, run_id, "pause", caller, session, feed)
+
+
+@router.post("/{run_id}/resume", responses={409: {"model": ErrorOut}})
+def resume_run(
+    request: Request, run_id: int, caller: CurrentUser, session: SessionDep, feed: FeedDep
+) -> RunOut:
+    return _change_status(request, run_id, "resume", caller, session, feed)
+
+
+@router.post("/{run_id}/archive", responses={409: {"model": ErrorOut}})
+def archive_run(
+    request: Request, run_id: int, caller: CurrentUser, session: SessionDep, feed: FeedDep
+) -> RunOut:
+    return _change_status(request, run_id, "archive", caller, session, feed)
+
+
+@router.get("/{run_id}/steps")
+def list_steps(
+    run_id: int,
+    caller: CurrentUser,
+    session: SessionDep,
+    after: Annotated[int, Query(ge=-1, description="Only steps numbered above this")] = -1,
+    limit: Limit = 100,
+) -> list[StepOut]:
+    runs.get_run_for(session, caller.user, run_id)
+    return [StepOut.model_validate(s) for s in steps.list_steps(session, run_id, after=after, limit=limit)]
+
+
+@router.get("/{run_id}/peers")
+def list_run_peers(run_id: int, caller: CurrentUser, session: SessionDep) -> list[PeerOut]:
+    runs.get_run_for(session, caller.user, run_id)
+    return [PeerOut.model_validate(p) for p in peers.list_peers(session, run_id)]
+
+
+@router.get("/{run_id}/events")
+def list_events(
+    run_id: int,
+    caller: CurrentUser,
+    session: SessionDep,
+    after: Annotated[int, Query(ge=0, description="Only events with an id above this")] = 0,
+    limit: Limit = 100,
+) -> list[EventOut]:
+    runs.get_run_for(session, caller.user, run_id)
+    return [EventOut.model_validate(e) for e in events.list_events(session, run_id, after=after, limit=limit)]
+
+
+@router.get("/{run_id}/assignments")
+def list_assignments(run_id: int, caller: CurrentUser, session: SessionDep) -> list[AssignmentOut]:
+    runs.get_run_for(session, caller.user, run_id)
+    return [AssignmentOut.model_validate(a) for a in peers.list_assignments(session, run_id)]
