@@ -23,7 +23,7 @@ function PeerCard({ peer, moving }: { peer: PeerOut; moving: boolean }) {
       </div>
       <div className="peer-device" title={peer.device_name}>
         {peer.device}
-        {peer.device_name ? ` · ${peer.device_name}` : ""}
+        {peer.device_name && peer.device_name !== peer.device ? ` · ${peer.device_name}` : ""}
       </div>
       <div className="peer-stats">
         <span title="measured throughput">{formatNumber(peer.throughput, 1)} samples/s</span>

@@ -1,0 +1,170 @@
+"""Browser tests: the real coordinator (`swarmhub serve`) in a subprocess serving the built
+dashboard, headless Debian Chromium through Playwright, and real peers (`swarmhub-peer join`).
+
+Only tests marked `browser` use these fixtures; `test_feed_types_drift.py` needs none of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+for path in (ROOT, Path(__file__).resolve().parent):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from browser_helpers import (  # noqa: E402
+    ADMIN,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    FRONTEND_DIST,
+    HEARTBEAT_TIMEOUT_S,
+    OWNER,
+    SCREENSHOTS,
+    Coordinator,
+    Peers,
+    free_port,
+    stop_process,
+    tail,
+    tool,
+)
+
+
+@pytest.fixture(scope="session")
+def frontend_dist() -> Path:
+    """The built dashboard; built here once (`npm ci && npm run build`) when missing."""
+    if not (FRONTEND_DIST / "index.html").is_file():
+        if shutil.which("npm") is None:
+            pytest.fail("frontend/dist is missing and npm is not installed: run `make frontend`")
+        frontend = ROOT / "frontend"
+        if not (frontend / "node_modules").is_dir():
+            subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=frontend, check=True)
+        subprocess.run(["npm", "run", "build"], cwd=frontend, check=True)
+    return FRONTEND_DIST
+
+
+@pytest.fixture(scope="session")
+def coordinator(tmp_path_factory: pytest.TempPathFactory, frontend_dist: Path) -> Iterator[Coordinator]:
+    """`swarmhub serve` on a free port over a fresh SQLite file, with an admin and an owner."""
+    workdir = tmp_path_factory.mktemp("coordinator")
+    database_url = f"sqlite:///{workdir / 'swarmhub.sqlite'}"
+    db_flag = ("--database-url", database_url)
+    env = {
+        **os.environ,
+        "SWARMHUB_FRONTEND_DIR": str(frontend_dist),
+        "SWARMHUB_CHECKPOINT_DIR": str(workdir / "checkpoints"),
+        "SWARMHUB_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
+        "PYTHONUNBUFFERED": "1",
+    }
+    subprocess.run(
+        [tool("swarmhub"), "create-admin", "--username", ADMIN[0], "--password-stdin", *db_flag],
+        input=ADMIN[1] + "\n",
+        text=True,
+        env=env,
+        cwd=workdir,
+        check=True,
+        capture_output=True,
+    )
+    port = free_port()
+    log = workdir / "coordinator.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [tool("swarmhub"), "serve", "--host", "127.0.0.1", "--port", str(port), *db_flag],
+            env=env,
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"swarmhub serve exited with {process.returncode}:\n{tail(log)}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                break
+        if time.monotonic() > deadline:
+            stop_process(process)
+            pytest.fail(f"swarmhub serve did not answer /healthz within 60 s:\n{tail(log)}")
+        time.sleep(0.2)
+    coordinator = Coordinator(url=url, log=log, process=process)
+    with coordinator.api(*ADMIN) as admin:
+        admin.post(
+            "/api/users", json={"username": OWNER[0], "password": OWNER[1], "role": "owner"}
+        ).raise_for_status()
+    try:
+        yield coordinator
+    finally:
+        stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (make services does it)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser, coordinator: Coordinator, request: pytest.FixtureRequest) -> Iterator[object]:
+    """A fresh browser context (no cookies) on the dashboard; console errors end up in the report."""
+    context = browser.new_context(base_url=coordinator.url, viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield page
+    finally:
+        if getattr(request.node, "rep_call_failed", False):
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(SCREENSHOTS / f"FAILED-{request.node.name}.png"), full_page=True)
+        context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if report.when == "call":
+        item.rep_call_failed = report.failed
+    return report
+
+
+@pytest.fixture
+def peers(tmp_path: Path) -> Iterator[Peers]:
+    peers = Peers(workdir=tmp_path)
+    try:
+        yield peers
+    finally:
+        for peer in peers.started:
+            stop_process(peer.process)
+
+
+@pytest.fixture
+def owner_api(coordinator: Coordinator) -> Iterator[httpx.Client]:
+    with coordinator.api(*OWNER) as client:
+        yield client
+
+
+@pytest.fixture
+def admin_api(coordinator: Coordinator) -> Iterator[httpx.Client]:
+    with coordinator.api(*ADMIN) as client:
+        yield client

@@ -1,0 +1,166 @@
+"""The dashboard against the real coordinator: sign-in, the create-run form and its validation,
+who sees which runs, join tokens, and the live feed reconnecting."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from browser_helpers import ADMIN, OWNER, screenshot, sign_in
+
+pytestmark = pytest.mark.browser
+
+SMALL_RUN = {
+    "model_preset": "tiny",
+    "num_stages": 1,
+    "target_batch_size": 8,
+    "microbatch_size": 4,
+    "seq_len": 32,
+    "max_steps": 1000,
+}
+
+
+def test_sign_in_rejects_a_wrong_password_then_signs_in_and_out(page) -> None:
+    page.goto("/")
+    page.get_by_label("Username").fill(OWNER[0])
+    page.get_by_label("Password").fill("not the password")
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("alert").filter(has_text="invalid username or password").wait_for()
+
+    sign_in(page, *OWNER)
+    assert OWNER[0] in page.get_by_test_id("current-user").inner_text()
+    assert page.get_by_role("link", name="Admin").count() == 0, "owners get no admin link"
+    page.get_by_role("button", name="Sign out").click()
+    page.get_by_role("button", name="Sign in").wait_for()
+    page.reload()
+    page.get_by_role("button", name="Sign in").wait_for()  # the session is really gone
+
+
+def test_create_run_shows_client_and_server_validation_next_to_fields(page) -> None:
+    sign_in(page, *OWNER)
+    page.goto("/#/runs/new")
+    page.get_by_label("Name").fill("validated run")
+    page.get_by_label("Model preset").select_option("tiny")
+    assert "249.5k parameters" in page.locator(".field", has=page.get_by_label("Model preset")).inner_text()
+
+    # Client-side: a microbatch larger than the batch, and a sequence longer than the preset allows.
+    page.get_by_label("Target batch size").fill("8")
+    page.get_by_label("Microbatch size").fill("16")
+    page.get_by_label("Sequence length").fill("4096")
+    page.get_by_role("button", name="Create run").click()
+    micro_error = page.locator('.field-error[data-field="microbatch_size"]')
+    micro_error.wait_for()
+    assert "Cannot exceed the target batch size" in micro_error.inner_text()
+    assert "at most 256" in page.locator('.field-error[data-field="seq_len"]').inner_text()
+    assert page.get_by_label("Microbatch size").get_attribute("aria-invalid") == "true"
+    screenshot(page, "create-run-client-validation")
+
+    # Server-side: only the coordinator knows datasets must be absolute paths; its 422 (a
+    # model-level error at loc ["body"]) is placed next to the field it names.
+    page.get_by_label("Microbatch size").fill("4")
+    page.get_by_label("Sequence length").fill("32")
+    page.get_by_label("Dataset").fill("relative/corpus.txt")
+    with page.expect_response(lambda r: r.url.endswith("/api/runs") and r.request.method == "POST") as sent:
+        page.get_by_role("button", name="Create run").click()
+    assert sent.value.status == 422
+    dataset_error = page.locator('.field-error[data-field="dataset"]')
+    dataset_error.wait_for()
+    assert "absolute path" in dataset_error.inner_text()
+    screenshot(page, "create-run-server-validation")
+
+    page.get_by_label("Dataset").fill("python-stdlib")
+    page.get_by_role("button", name="Create run").click()
+    page.wait_for_url(re.compile(r"#/runs/\d+$"))
+    assert page.get_by_test_id("run-name").inner_text() == "validated run"
+    assert "249.5k parameters" in page.locator(".run-page .page-head").inner_text()
+
+
+def test_owners_see_their_own_runs_and_admins_see_all(page, owner_api, admin_api) -> None:
+    owner_run = owner_api.post("/api/runs", json={"name": "owner-only run", **SMALL_RUN}).json()
+    admin_run = admin_api.post("/api/runs", json={"name": "admin-only run", **SMALL_RUN}).json()
+
+    sign_in(page, *OWNER)
+    table = page.get_by_test_id("runs-table")
+    table.get_by_role("link", name=owner_run["name"]).wait_for()
+    assert table.get_by_role("link", name=admin_run["name"]).count() == 0
+
+    page.get_by_role("button", name="Sign out").click()
+    sign_in(page, *ADMIN)
+    table.get_by_role("link", name=admin_run["name"]).wait_for()
+    table.get_by_role("link", name=owner_run["name"]).wait_for()
+
+
+def test_join_token_is_issued_shown_once_and_revoked(page, coordinator, owner_api) -> None:
+    run = owner_api.post("/api/runs", json={"name": "token run", **SMALL_RUN}).json()
+    sign_in(page, *OWNER)
+    page.goto(f"/#/runs/{run['id']}")
+    page.get_by_role("button", name="Issue join token").click()
+    command = page.get_by_test_id("join-command").inner_text()
+    assert re.fullmatch(rf"swarmhub-peer join {re.escape(coordinator.url)}/? --token \S{{8,}}", command), (
+        command
+    )
+    rows = page.get_by_test_id("tokens-table").locator("tbody tr")
+    assert rows.count() == 1
+    screenshot(page, "run-page-join-token")
+
+    rows.first.get_by_role("button", name="Revoke").click()
+    page.get_by_test_id("tokens-table").wait_for(state="detached")
+    assert page.get_by_test_id("join-command").count() == 0
+    tokens = owner_api.get(f"/api/runs/{run['id']}/tokens").json()
+    assert len(tokens) == 1 and tokens[0]["revoked_at"] is not None
+
+
+def test_pause_and_resume_buttons_change_the_run_status(page, owner_api) -> None:
+    run = owner_api.post("/api/runs", json={"name": "pausable run", **SMALL_RUN}).json()
+    sign_in(page, *OWNER)
+    page.goto(f"/#/runs/{run['id']}")
+    page.get_by_role("button", name="Pause").click()
+    page.get_by_role("button", name="Resume").wait_for()
+    assert owner_api.get(f"/api/runs/{run['id']}").json()["status"] == "paused"
+    page.get_by_role("button", name="Resume").click()
+    page.get_by_role("button", name="Pause").wait_for()
+    assert owner_api.get(f"/api/runs/{run['id']}").json()["status"] == "active"
+
+
+def test_feed_reconnects_and_rereads_the_snapshot(page, owner_api) -> None:
+    """Drop the dashboard's websocket: the page backs off, reconnects and gets a fresh snapshot."""
+    run = owner_api.post("/api/runs", json={"name": "reconnecting run", **SMALL_RUN}).json()
+    connections = []
+    snapshots = []
+
+    def route(ws) -> None:
+        if connections:
+            # Reconnecting: change the run while the page is cut off, so only a fresh snapshot
+            # can tell the page about it.
+            owner_api.post(f"/api/runs/{run['id']}/pause").raise_for_status()
+        server = ws.connect_to_server()
+
+        def to_page(message) -> None:
+            if isinstance(message, str) and '"type":"snapshot"' in message.replace(" ", ""):
+                snapshots.append(message)
+            ws.send(message)
+
+        server.on_message(to_page)
+        connections.append(ws)
+
+    page.route_web_socket(re.compile(r".*/ws/runs/\d+/feed$"), route)
+    sign_in(page, *OWNER)
+    page.goto(f"/#/runs/{run['id']}")
+    status = page.get_by_test_id("feed-status")
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=feed-status]')?.dataset.status === 'live'"
+    )
+    assert len(connections) == 1 and len(snapshots) == 1
+
+    page.get_by_role("button", name="Pause").wait_for()
+    connections[0].close(code=1011, reason="test drops the feed")
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=feed-status]')?.dataset.status === 'reconnecting'"
+    )
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=feed-status]')?.dataset.status === 'live'"
+    )
+    assert len(connections) == 2
+    assert len(snapshots) == 2
+    assert status.get_attribute("data-status") == "live"
+    page.get_by_role("button", name="Resume").wait_for()  # the run as the new snapshot has it
