@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from sqlalchemy.orm import Session
 
 from server.feed import FeedHub
@@ -25,6 +25,13 @@ def get_settings(request: Request) -> ServerSettings:
 def get_feed(request: Request) -> FeedHub:
     return request.app.state.feed
 
+
+MAX_ID = 2**31 - 1
+"""Ids are 32-bit on both databases; larger ones cannot exist and would overflow the driver."""
+
+RunId = Annotated[int, Path(ge=1, le=MAX_ID)]
+PeerId = Annotated[int, Path(ge=1, le=MAX_ID)]
+TokenId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[ServerSettings, Depends(get_settings)]

@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.status import WS_1008_POLICY_VIOLATION
 
 from server.auth import SESSION_COOKIE
+from server.deps import RunId
 from server.errors import NotFound
 from server.models import Run
 from server.schemas import EventOut, PeerOut, PingFrame, SnapshotFrame, StepOut
@@ -71,7 +72,7 @@ async def _until_disconnect(websocket: WebSocket) -> None:
 
 
 @router.websocket("/ws/runs/{run_id}/feed")
-async def run_feed(websocket: WebSocket, run_id: int) -> None:
+async def run_feed(websocket: WebSocket, run_id: RunId) -> None:
     await websocket.accept()
     refusal = await run_in_threadpool(_authorize, websocket, run_id)
     if refusal is not None:

@@ -6,7 +6,7 @@ from anyio import from_thread
 from fastapi import APIRouter, Request, status
 
 from server.auth import AdminUser
-from server.deps import FeedDep, SessionDep
+from server.deps import FeedDep, PeerId, SessionDep
 from server.frames import peer_frame
 from server.publish import commit_and_publish
 from server.schemas import ErrorOut, PeerAction, PeerOut
@@ -30,7 +30,7 @@ def register_peer(body: PeerRegistration, session: SessionDep, feed: FeedDep) ->
 
 def _remove(
     request: Request,
-    peer_id: int,
+    peer_id: PeerId,
     state: str,
     body: PeerAction | None,
     admin: AdminUser,
@@ -57,7 +57,7 @@ _ADMIN_RESPONSES = {
 @router.post("/api/peers/{peer_id}/kick", responses=_ADMIN_RESPONSES)
 def kick_peer(
     request: Request,
-    peer_id: int,
+    peer_id: PeerId,
     admin: AdminUser,
     session: SessionDep,
     feed: FeedDep,
@@ -69,7 +69,7 @@ def kick_peer(
 @router.post("/api/peers/{peer_id}/ban", responses=_ADMIN_RESPONSES)
 def ban_peer(
     request: Request,
-    peer_id: int,
+    peer_id: PeerId,
     admin: AdminUser,
     session: SessionDep,
     feed: FeedDep,

@@ -8,7 +8,7 @@ from anyio import from_thread
 from fastapi import APIRouter, Query, Request, status
 
 from server.auth import CurrentUser
-from server.deps import FeedDep, SessionDep
+from server.deps import MAX_ID, FeedDep, RunId, SessionDep
 from server.frames import run_frame
 from server.publish import commit_and_publish
 from server.schemas import AssignmentOut, ErrorOut, EventOut, PeerOut, RunCreate, RunDetail, RunOut, StepOut
@@ -34,7 +34,7 @@ def list_runs(caller: CurrentUser, session: SessionDep) -> list[RunOut]:
 
 
 @router.get("/{run_id}")
-def get_run(run_id: int, caller: CurrentUser, session: SessionDep) -> RunDetail:
+def get_run(run_id: RunId, caller: CurrentUser, session: SessionDep) -> RunDetail:
     return runs.run_detail(session, runs.get_run_for(session, caller.user, run_id))
 
 
@@ -50,31 +50,31 @@ def _change_status(
 
 @router.post("/{run_id}/pause", responses={409: {"model": ErrorOut}})
 def pause_run(
-    request: Request, run_id: int, caller: CurrentUser, session: SessionDep, feed: FeedDep
+    request: Request, run_id: RunId, caller: CurrentUser, session: SessionDep, feed: FeedDep
 ) -> RunOut:
     return _change_status(request, run_id, "pause", caller, session, feed)
 
 
 @router.post("/{run_id}/resume", responses={409: {"model": ErrorOut}})
 def resume_run(
-    request: Request, run_id: int, caller: CurrentUser, session: SessionDep, feed: FeedDep
+    request: Request, run_id: RunId, caller: CurrentUser, session: SessionDep, feed: FeedDep
 ) -> RunOut:
     return _change_status(request, run_id, "resume", caller, session, feed)
 
 
 @router.post("/{run_id}/archive", responses={409: {"model": ErrorOut}})
 def archive_run(
-    request: Request, run_id: int, caller: CurrentUser, session: SessionDep, feed: FeedDep
+    request: Request, run_id: RunId, caller: CurrentUser, session: SessionDep, feed: FeedDep
 ) -> RunOut:
     return _change_status(request, run_id, "archive", caller, session, feed)
 
 
 @router.get("/{run_id}/steps")
 def list_steps(
-    run_id: int,
+    run_id: RunId,
     caller: CurrentUser,
     session: SessionDep,
-    after: Annotated[int, Query(ge=-1, description="Only steps numbered above this")] = -1,
+    after: Annotated[int, Query(ge=-1, le=MAX_ID, description="Only steps numbered above this")] = -1,
     limit: Limit = 100,
 ) -> list[StepOut]:
     runs.get_run_for(session, caller.user, run_id)
@@ -82,17 +82,17 @@ def list_steps(
 
 
 @router.get("/{run_id}/peers")
-def list_run_peers(run_id: int, caller: CurrentUser, session: SessionDep) -> list[PeerOut]:
+def list_run_peers(run_id: RunId, caller: CurrentUser, session: SessionDep) -> list[PeerOut]:
     runs.get_run_for(session, caller.user, run_id)
     return [PeerOut.model_validate(p) for p in peers.list_peers(session, run_id)]
 
 
 @router.get("/{run_id}/events")
 def list_events(
-    run_id: int,
+    run_id: RunId,
     caller: CurrentUser,
     session: SessionDep,
-    after: Annotated[int, Query(ge=0, description="Only events with an id above this")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_ID, description="Only events with an id above this")] = 0,
     limit: Limit = 100,
 ) -> list[EventOut]:
     runs.get_run_for(session, caller.user, run_id)
@@ -100,6 +100,6 @@ def list_events(
 
 
 @router.get("/{run_id}/assignments")
-def list_assignments(run_id: int, caller: CurrentUser, session: SessionDep) -> list[AssignmentOut]:
+def list_assignments(run_id: RunId, caller: CurrentUser, session: SessionDep) -> list[AssignmentOut]:
     runs.get_run_for(session, caller.user, run_id)
     return [AssignmentOut.model_validate(a) for a in peers.list_assignments(session, run_id)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, status
 
 from server.auth import CurrentUser
-from server.deps import FeedDep, SessionDep
+from server.deps import FeedDep, RunId, SessionDep, TokenId
 from server.publish import commit_and_publish
 from server.schemas import ErrorOut, TokenCreate, TokenIssued, TokenOut
 from server.services import runs, tokens
@@ -24,7 +24,7 @@ def join_command(base_url: str, token: str) -> str:
 @router.post("", status_code=status.HTTP_201_CREATED, responses={409: {"model": ErrorOut}})
 def issue_token(
     request: Request,
-    run_id: int,
+    run_id: RunId,
     caller: CurrentUser,
     session: SessionDep,
     feed: FeedDep,
@@ -41,13 +41,15 @@ def issue_token(
 
 
 @router.get("")
-def list_tokens(run_id: int, caller: CurrentUser, session: SessionDep) -> list[TokenOut]:
+def list_tokens(run_id: RunId, caller: CurrentUser, session: SessionDep) -> list[TokenOut]:
     runs.get_run_for(session, caller.user, run_id)
     return [TokenOut.model_validate(t) for t in tokens.list_tokens(session, run_id)]
 
 
 @router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
-def revoke_token(run_id: int, token_id: int, caller: CurrentUser, session: SessionDep, feed: FeedDep) -> None:
+def revoke_token(
+    run_id: RunId, token_id: TokenId, caller: CurrentUser, session: SessionDep, feed: FeedDep
+) -> None:
     runs.get_run_for(session, caller.user, run_id)
     tokens.revoke_token(session, tokens.get_token(session, run_id, token_id))
     commit_and_publish(session, feed)

@@ -2,37 +2,35 @@
 
 from __future__ import annotations
 
-from api_helpers import ADMIN, bearer, create_account
 
-
-def test_login_sets_cookies_and_me_works_with_them(app, client):
-    create_account(app, *ADMIN, "admin")
-    response = client.post("/api/auth/login", json={"username": ADMIN[0], "password": ADMIN[1]})
+def test_login_sets_cookies_and_me_works_with_them(api, app, client):
+    api.create_account(*api.admin, "admin")
+    response = client.post("/api/auth/login", json={"username": api.admin[0], "password": api.admin[1]})
     assert response.status_code == 200
     body = response.json()
-    assert body["user"]["username"] == ADMIN[0] and body["user"]["role"] == "admin"
+    assert body["user"]["username"] == api.admin[0] and body["user"]["role"] == "admin"
     cookies = response.headers.get_list("set-cookie")
     session_cookie = next(c for c in cookies if c.startswith("swarmhub_session="))
     csrf_cookie = next(c for c in cookies if c.startswith("swarmhub_csrf="))
     assert "HttpOnly" in session_cookie and "samesite=lax" in session_cookie.lower()
     assert "HttpOnly" not in csrf_cookie
     assert client.cookies["swarmhub_csrf"] == body["csrf_token"]
-    assert client.get("/api/auth/me").json()["username"] == ADMIN[0]
+    assert client.get("/api/auth/me").json()["username"] == api.admin[0]
 
 
-def test_wrong_password_and_unknown_user_are_401_alike(app, client):
-    create_account(app, *ADMIN, "admin")
-    wrong = client.post("/api/auth/login", json={"username": ADMIN[0], "password": "nope"})
+def test_wrong_password_and_unknown_user_are_401_alike(api, app, client):
+    api.create_account(*api.admin, "admin")
+    wrong = client.post("/api/auth/login", json={"username": api.admin[0], "password": "nope"})
     unknown = client.post("/api/auth/login", json={"username": "nobody", "password": "nope"})
     assert wrong.status_code == unknown.status_code == 401
     assert wrong.json() == unknown.json() == {"detail": "invalid username or password"}
     assert "swarmhub_session" not in client.cookies
 
 
-def test_disabled_user_cannot_log_in(app, client):
+def test_disabled_user_cannot_log_in(api, app, client):
     from server.models import User
 
-    create_account(app, "carol", "carol password", "owner")
+    api.create_account("carol", "carol password", "owner")
     with app.state.session_factory() as session:
         session.query(User).filter_by(username="carol").update({"disabled": True})
         session.commit()
@@ -40,9 +38,9 @@ def test_disabled_user_cannot_log_in(app, client):
     assert response.status_code == 401
 
 
-def test_cookie_writes_need_the_csrf_header(app, client):
-    create_account(app, *ADMIN, "admin")
-    csrf = client.post("/api/auth/login", json={"username": ADMIN[0], "password": ADMIN[1]}).json()[
+def test_cookie_writes_need_the_csrf_header(api, app, client):
+    api.create_account(*api.admin, "admin")
+    csrf = client.post("/api/auth/login", json={"username": api.admin[0], "password": api.admin[1]}).json()[
         "csrf_token"
     ]
     missing = client.post("/api/runs", json={"name": "r"})
@@ -71,7 +69,7 @@ def test_logout_ends_the_session(client, admin_headers):
     assert client.get("/api/auth/me", headers=admin_headers).status_code == 401
 
 
-def test_only_admins_create_users_and_duplicates_conflict(client, admin_headers, owner_headers):
+def test_only_admins_create_users_and_duplicates_conflict(api, client, admin_headers, owner_headers):
     body = {"username": "bob", "password": "bob password", "role": "owner"}
     assert client.post("/api/users", json=body, headers=owner_headers).status_code == 403
     created = client.post("/api/users", json=body, headers=admin_headers)
@@ -82,12 +80,14 @@ def test_only_admins_create_users_and_duplicates_conflict(client, admin_headers,
         "/api/users", json=body | {"username": "eve", "password": "short"}, headers=admin_headers
     )
     assert short.status_code == 422
-    assert bearer(client, "bob", "bob password")
+    assert api.bearer("bob", "bob password")
 
 
-def test_owners_see_only_their_runs_and_others_are_404(app, client, admin_headers, owner_headers, run_id):
-    create_account(app, "mallory", "mallory password", "owner")
-    mallory = bearer(client, "mallory", "mallory password")
+def test_owners_see_only_their_runs_and_others_are_404(
+    api, app, client, admin_headers, owner_headers, run_id
+):
+    api.create_account("mallory", "mallory password", "owner")
+    mallory = api.bearer("mallory", "mallory password")
     assert client.get("/api/runs", headers=mallory).json() == []
     for path in [f"/api/runs/{run_id}", f"/api/runs/{run_id}/peers", f"/api/runs/{run_id}/tokens"]:
         assert client.get(path, headers=mallory).status_code == 404, path

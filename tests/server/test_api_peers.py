@@ -1,0 +1,104 @@
+"""Join tokens, peer registration over the wire schema, and admin kicks and bans."""
+
+from __future__ import annotations
+
+from swarmhub.wire import PeerRegistered
+
+
+def test_token_is_shown_once_with_a_join_command(api, client, owner_headers, run_id):
+    issued = api.issue_token(owner_headers, run_id)
+    assert issued["join_command"] == f"swarmhub-peer join http://testserver --token {issued['token']}"
+    assert len(issued["token"]) >= 32
+    listed = client.get(f"/api/runs/{run_id}/tokens", headers=owner_headers).json()
+    assert [t["id"] for t in listed] == [issued["id"]]
+    assert "token" not in listed[0] and issued["token"] not in str(listed)
+
+
+def test_registration_returns_the_wire_reply(api, app, client, owner_headers, run_id):
+    token = api.issue_token(owner_headers, run_id)["token"]
+    response = client.post("/api/peers/register", json=api.registration(token, name="gpu-box"))
+    assert response.status_code == 201, response.text
+    registered = PeerRegistered.model_validate(response.json())
+    assert registered.run.run_id == run_id and registered.run.num_stages == 2
+    assert registered.run.model_preset == "tiny" and registered.control_url_path == "/ws/peer"
+    peers = client.get(f"/api/runs/{run_id}/peers", headers=owner_headers).json()
+    assert [(p["id"], p["name"], p["state"], p["stage"]) for p in peers] == [
+        (registered.peer_id, "gpu-box", "joining", None)
+    ]
+    assert registered.credential not in str(peers)
+
+    from server.services.peers import authenticate_peer
+
+    with app.state.session_factory() as session:
+        assert authenticate_peer(session, registered.peer_id, registered.credential) is not None
+        assert authenticate_peer(session, registered.peer_id, "wrong") is None
+    kinds = [e["kind"] for e in client.get(f"/api/runs/{run_id}/events", headers=owner_headers).json()]
+    assert kinds[-1] == "peer_registered"
+
+
+def test_unnamed_peers_get_a_name(api, client, owner_headers, run_id):
+    token = api.issue_token(owner_headers, run_id)["token"]
+    peer_id = client.post("/api/peers/register", json=api.registration(token)).json()["peer_id"]
+    assert (
+        client.get(f"/api/runs/{run_id}/peers", headers=owner_headers).json()[0]["name"] == f"peer-{peer_id}"
+    )
+
+
+def test_revoked_and_unknown_tokens_are_refused(api, client, owner_headers, run_id):
+    token = api.issue_token(owner_headers, run_id)
+    assert client.delete(f"/api/runs/{run_id}/tokens/{token['id']}", headers=owner_headers).status_code == 204
+    assert client.delete(f"/api/runs/{run_id}/tokens/{token['id']}", headers=owner_headers).status_code == 204
+    assert client.get(f"/api/runs/{run_id}/tokens", headers=owner_headers).json()[0]["revoked_at"] is not None
+    for secret in (token["token"], "x" * 32):
+        refused = client.post("/api/peers/register", json=api.registration(secret))
+        assert refused.status_code == 401
+        assert refused.json() == {"detail": "invalid or revoked join token"}
+    assert client.get(f"/api/runs/{run_id}/peers", headers=owner_headers).json() == []
+    assert client.delete(f"/api/runs/{run_id}/tokens/999", headers=owner_headers).status_code == 404
+
+
+def test_archived_runs_take_no_peers_and_no_tokens(api, client, owner_headers, run_id):
+    token = api.issue_token(owner_headers, run_id)["token"]
+    client.post(f"/api/runs/{run_id}/archive", headers=owner_headers)
+    refused = client.post("/api/peers/register", json=api.registration(token))
+    assert refused.status_code == 409 and "archived" in refused.json()["detail"]
+    assert client.post(f"/api/runs/{run_id}/tokens", headers=owner_headers).status_code == 409
+
+
+def test_bad_registrations_are_422(api, client, owner_headers, run_id):
+    token = api.issue_token(owner_headers, run_id)["token"]
+    for bad in ({"address": "no port"}, {"device": "tpu"}, {"throughput": -1}, {"requested_stage": 2}):
+        response = client.post("/api/peers/register", json=api.registration(token, **bad))
+        assert response.status_code == 422, bad
+    assert client.get(f"/api/runs/{run_id}/peers", headers=owner_headers).json() == []
+
+
+def test_admins_kick_and_ban_peers(api, app, client, admin_headers, owner_headers, run_id):
+    token = api.issue_token(owner_headers, run_id)["token"]
+    first = client.post("/api/peers/register", json=api.registration(token, name="flaky")).json()["peer_id"]
+    second = client.post("/api/peers/register", json=api.registration(token, name="evil")).json()["peer_id"]
+
+    assert client.post(f"/api/peers/{first}/kick", headers=owner_headers).status_code == 403
+    kicked = client.post(f"/api/peers/{first}/kick", json={"reason": "too slow"}, headers=admin_headers)
+    assert kicked.status_code == 200 and kicked.json()["state"] == "kicked"
+    assert client.post(f"/api/peers/{first}/kick", headers=admin_headers).status_code == 409
+    banned = client.post(f"/api/peers/{second}/ban", headers=admin_headers)
+    assert banned.json()["state"] == "banned" and banned.json()["left_at"] is not None
+    assert client.post(f"/api/peers/{second}/ban", headers=admin_headers).status_code == 409
+    assert client.post("/api/peers/9999/ban", headers=admin_headers).status_code == 404
+    assert app.state.live.kicked == [(first, "too slow"), (second, "banned by an admin")]
+
+    # A banned name may not rejoin the run; a kicked one may.
+    assert client.post("/api/peers/register", json=api.registration(token, name="evil")).status_code == 403
+    assert client.post("/api/peers/register", json=api.registration(token, name="flaky")).status_code == 201
+
+    everyone = client.get("/api/admin/peers", headers=admin_headers).json()
+    assert [(p["name"], p["state"]) for p in everyone] == [
+        ("flaky", "joining"),
+        ("evil", "banned"),
+        ("flaky", "kicked"),
+    ]
+    assert all("last_heartbeat" in p for p in everyone)
+    assert client.get("/api/admin/peers", headers=owner_headers).status_code == 403
+    kinds = [e["kind"] for e in client.get(f"/api/runs/{run_id}/events", headers=owner_headers).json()]
+    assert "peer_kicked" in kinds and "peer_banned" in kinds

@@ -1,0 +1,119 @@
+"""The dashboard feed: the hub's delivery rules, and the websocket's snapshot, frames and refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from pydantic import TypeAdapter
+from starlette.websockets import WebSocketDisconnect
+
+from server.feed import FeedHub
+from server.schemas import FeedFrame
+
+
+def test_hub_delivers_to_subscribers_of_the_run_only():
+    async def scenario():
+        hub = FeedHub()
+        async with hub.subscribe(1) as one, hub.subscribe(2) as two:
+            hub.publish(1, {"n": 1})
+            hub.publish(3, {"n": "nobody listens"})
+            assert await one.get() == {"n": 1}
+            assert hub.subscriber_count(2) == 1
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(two.get(), 0.01)
+        assert hub.subscriber_count(1) == 0
+
+    asyncio.run(scenario())
+
+
+def test_slow_subscribers_lose_their_oldest_frames():
+    async def scenario():
+        hub = FeedHub(queue_size=3)
+        async with hub.subscribe(1) as sub:
+            for n in range(5):
+                hub.publish(1, {"n": n})
+            assert [await sub.get() for _ in range(3)] == [{"n": 2}, {"n": 3}, {"n": 4}]
+            assert sub.dropped == 2
+
+    asyncio.run(scenario())
+
+
+def test_publishing_from_another_thread_wakes_the_subscriber():
+    async def scenario():
+        hub = FeedHub()
+        async with hub.subscribe(7) as sub:
+            threading.Thread(target=hub.publish, args=(7, {"from": "thread"})).start()
+            assert await asyncio.wait_for(sub.get(), 5) == {"from": "thread"}
+
+    asyncio.run(scenario())
+
+
+def _token(headers):
+    return headers["Authorization"].removeprefix("Bearer ")
+
+
+def test_feed_sends_a_snapshot_then_live_frames(client, owner_headers, run_id):
+    with client.websocket_connect(f"/ws/runs/{run_id}/feed?token={_token(owner_headers)}") as ws:
+        snapshot = ws.receive_json()
+        assert snapshot["type"] == "snapshot" and snapshot["run"]["id"] == run_id
+        assert [e["kind"] for e in snapshot["events"]] == ["run_created"]
+        assert snapshot["peers"] == [] and snapshot["steps"] == []
+        assert client.post(f"/api/runs/{run_id}/pause", headers=owner_headers).status_code == 200
+        run_frame, event_frame = ws.receive_json(), ws.receive_json()
+        assert run_frame["type"] == "run" and run_frame["run"]["status"] == "paused"
+        assert event_frame["type"] == "event" and event_frame["event"]["kind"] == "run_paused"
+        for frame in (snapshot, run_frame, event_frame):
+            TypeAdapter(FeedFrame).validate_python(frame)  # the documented contract
+
+
+def test_feed_reports_new_peers(api, client, owner_headers, run_id):
+    token = api.issue_token(owner_headers, run_id)["token"]
+    with client.websocket_connect(f"/ws/runs/{run_id}/feed?token={_token(owner_headers)}") as ws:
+        ws.receive_json()
+        client.post("/api/peers/register", json=api.registration(token, name="p1"))
+        peer_frame, event_frame = ws.receive_json(), ws.receive_json()
+        assert peer_frame["type"] == "peer" and peer_frame["peer"]["name"] == "p1"
+        assert event_frame["event"]["kind"] == "peer_registered"
+
+
+def test_feed_accepts_the_session_cookie(api, client, run_id):
+    client.post("/api/auth/login", json={"username": "alice", "password": "alice password"})
+    with client.websocket_connect(f"/ws/runs/{run_id}/feed") as ws:
+        assert ws.receive_json()["type"] == "snapshot"
+    # A page on another site must not ride on the cookie.
+    with (
+        client.websocket_connect(f"/ws/runs/{run_id}/feed", headers={"Origin": "https://evil.example"}) as ws,
+        pytest.raises(WebSocketDisconnect) as refused,
+    ):
+        ws.receive_json()
+    assert refused.value.code == 1008 and "cross-site" in refused.value.reason
+
+
+def test_feed_pings_while_idle(client, owner_headers, run_id, monkeypatch):
+    monkeypatch.setattr("server.routes.feed.KEEPALIVE_S", 0.05)
+    with client.websocket_connect(f"/ws/runs/{run_id}/feed?token={_token(owner_headers)}") as ws:
+        ws.receive_json()
+        assert ws.receive_json() == {"type": "ping"}
+
+
+@pytest.mark.parametrize("who", ["nobody", "stranger", "bad token"])
+def test_unauthorized_feeds_close_with_1008(api, client, run_id, who):
+    query = ""
+    if who == "stranger":
+        api.create_account("mallory", "mallory password", "owner")
+        query = f"?token={_token(api.bearer('mallory', 'mallory password'))}"
+    elif who == "bad token":
+        query = "?token=forged"
+    with (
+        client.websocket_connect(f"/ws/runs/{run_id}/feed{query}") as ws,
+        pytest.raises(WebSocketDisconnect) as refused,
+    ):
+        ws.receive_json()
+    assert refused.value.code == 1008 and refused.value.reason
+
+
+def test_admins_watch_any_run(client, admin_headers, run_id):
+    with client.websocket_connect(f"/ws/runs/{run_id}/feed?token={_token(admin_headers)}") as ws:
+        assert ws.receive_json()["run"]["id"] == run_id
