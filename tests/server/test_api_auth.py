@@ -98,3 +98,20 @@ def test_owners_see_only_their_runs_and_others_are_404(
     # Admins see everyone's runs.
     assert [r["id"] for r in client.get("/api/runs", headers=admin_headers).json()] == [run_id]
     assert client.get(f"/api/runs/{run_id}", headers=admin_headers).status_code == 200
+
+
+def test_cookies_are_secure_when_configured(settings):
+    from fastapi.testclient import TestClient
+
+    from server.app import create_app
+
+    app = create_app(settings.model_copy(update={"cookie_secure": True}))
+    with TestClient(app) as client:
+        from server.services.accounts import create_user
+
+        with app.state.session_factory() as session:
+            create_user(session, username="sec", password="secure password", role="owner")
+            session.commit()
+        response = client.post("/api/auth/login", json={"username": "sec", "password": "secure password"})
+        cookies = response.headers.get_list("set-cookie")
+        assert len(cookies) == 2 and all("Secure" in cookie for cookie in cookies)

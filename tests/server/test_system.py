@@ -55,3 +55,16 @@ def test_openapi_has_readable_operation_ids(client):
 def test_unknown_api_paths_are_json_404(client):
     response = client.get("/api/nothing-here")
     assert response.status_code == 404 and response.json() == {"detail": "Not Found"}
+
+
+def test_the_real_live_swarm_starts_and_stops_with_the_app(settings):
+    from fastapi.testclient import TestClient
+
+    from server.app import create_app
+    from server.live import LiveSwarm
+
+    app = create_app(settings)
+    with TestClient(app) as client:
+        assert isinstance(app.state.live, LiveSwarm)
+        assert client.get("/healthz").status_code == 200
+        assert "swarmhub_peers_connected 0.0" in client.get("/metrics").text
