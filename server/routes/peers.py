@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from anyio import from_thread
 from fastapi import APIRouter, Request, status
 
@@ -30,8 +32,8 @@ def register_peer(body: PeerRegistration, session: SessionDep, feed: FeedDep) ->
 
 def _remove(
     request: Request,
-    peer_id: PeerId,
-    state: str,
+    peer_id: int,
+    state: Literal["kicked", "banned"],
     body: PeerAction | None,
     admin: AdminUser,
     session: SessionDep,
@@ -42,6 +44,7 @@ def _remove(
         session, peers.get_peer(session, peer_id), state=state, reason=reason, by=admin.user
     )
     commit_and_publish(session, feed, (peer.run_id, peer_frame(peer)))
+    # Routes run in a worker thread; the live swarm lives on the event loop.
     from_thread.run(request.app.state.live.kick_peer, peer.id, reason or f"{state} by an admin")
     return PeerOut.model_validate(peer)
 
