@@ -94,6 +94,7 @@ def test_join_token_is_issued_shown_once_and_revoked(page, coordinator, owner_ap
     run = owner_api.post("/api/runs", json={"name": "token run", **SMALL_RUN}).json()
     sign_in(page, *OWNER)
     page.goto(f"/#/runs/{run['id']}")
+    page.get_by_label("Token label").fill("lab-gpu-3")
     page.get_by_role("button", name="Issue join token").click()
     command = page.get_by_test_id("join-command").inner_text()
     assert re.fullmatch(rf"swarmhub-peer join {re.escape(coordinator.url)}/? --token \S{{8,}}", command), (
@@ -101,6 +102,7 @@ def test_join_token_is_issued_shown_once_and_revoked(page, coordinator, owner_ap
     )
     rows = page.get_by_test_id("tokens-table").locator("tbody tr")
     assert rows.count() == 1
+    assert "lab-gpu-3" in rows.first.inner_text()
     screenshot(page, "run-page-join-token")
 
     rows.first.get_by_role("button", name="Revoke").click()

@@ -33,6 +33,7 @@ export function JoinPanel({ runId }: { runId: number }) {
   const [created, setCreated] = useState<TokenIssued | null>(null);
   const [error, setError] = useState("");
   const [busy, setBusy] = useState(false);
+  const [label, setLabel] = useState("");
 
   const load = useCallback(() => {
     api
@@ -47,7 +48,8 @@ export function JoinPanel({ runId }: { runId: number }) {
     setBusy(true);
     setError("");
     try {
-      setCreated(await api.post<TokenIssued>(`/api/runs/${runId}/tokens`, {}));
+      setCreated(await api.post<TokenIssued>(`/api/runs/${runId}/tokens`, { label: label.trim() }));
+      setLabel("");
       load();
     } catch (e) {
       setError(errorMessage(e));
@@ -79,9 +81,18 @@ export function JoinPanel({ runId }: { runId: number }) {
           <CopyButton text={created.join_command} />
         </div>
       )}
-      <button type="button" onClick={() => void issue()} disabled={busy}>
-        {created ? "Issue another token" : "Issue join token"}
-      </button>
+      <div className="issue-row">
+        <input
+          aria-label="Token label"
+          placeholder="label (optional), e.g. lab-gpu-3"
+          maxLength={100}
+          value={label}
+          onChange={(e) => setLabel(e.target.value)}
+        />
+        <button type="button" onClick={() => void issue()} disabled={busy}>
+          {created ? "Issue another token" : "Issue join token"}
+        </button>
+      </div>
       {error && <p className="error">{error}</p>}
       {active.length > 0 && (
         <table className="table compact" data-testid="tokens-table">

@@ -195,7 +195,8 @@ export function AdminPage() {
                     <code>{peer.address}</code>
                   </td>
                   <td title={peer.last_heartbeat ?? ""}>{formatAgo(peer.last_heartbeat)}</td>
-                  <td className="row-actions">
+                  <td>
+                    <div className="row-actions">
                     {!["kicked", "banned", "left"].includes(peer.state) && (
                       <button type="button" className="secondary small" onClick={() => void act(peer, "kick")}>
                         Kick
@@ -206,6 +207,7 @@ export function AdminPage() {
                         Ban
                       </button>
                     )}
+                    </div>
                   </td>
                 </tr>
               ))}
