@@ -53,6 +53,22 @@ export class BoundedSeries {
     return true;
   }
 
+  get firstStep(): number | null {
+    const first = this.older[0] ?? this.recent[0];
+    return first ? first.step : null;
+  }
+
+  /** Put older history (e.g. loaded after the snapshot) in front of what is already here. */
+  prepend(points: Point[]): void {
+    const first = this.firstStep;
+    const history = points.filter((p) => first === null || p.step < first).sort((a, b) => a.step - b.step);
+    if (history.length === 0) return;
+    const existing = this.older.concat(this.recent);
+    this.clear();
+    for (const point of history) this.push(point);
+    for (const point of existing) this.push(point);
+  }
+
   /** Columns for uPlot: [steps, series0, series1, ...]. */
   columns(seriesCount: number): (number | null)[][] {
     const points = this.older.concat(this.recent);
@@ -68,7 +84,7 @@ function halve(points: Point[]): Point[] {
     const a = points[i];
     const b = points[i + 1];
     out.push({
-      step: Math.round((a.step + b.step) / 2),
+      step: a.step, // a merged point sits where its span starts, so the chart still begins at step 0
       values: a.values.map((v, k) => mean(v, b.values[k] ?? null)),
     });
   }

@@ -3,6 +3,7 @@
 import { useEffect, useReducer, useRef, useState } from "react";
 import { FeedClient, feedUrl, type FeedStatus } from "../feed";
 import type { EventOut, FeedFrame, PeerOut, RunDetail, RunOut, StepOut } from "../feed-types";
+import { loadStepHistory } from "../history";
 import { BoundedSeries, StepRate } from "../series";
 
 export const EVENT_LIMIT = 200;
@@ -44,6 +45,8 @@ export function useRunFeed(runId: number) {
   });
 
   useEffect(() => {
+    let snapshotGeneration = 0;
+    let stopped = false;
     const movingNow = () => {
       const now = Date.now();
       const ids = new Set<number>();
@@ -54,11 +57,9 @@ export function useRunFeed(runId: number) {
       return ids;
     };
 
+    const point = (step: StepOut) => ({ step: step.step, values: [step.loss, samplesPerSecond(step)] });
     const addStep = (step: StepOut) => {
-      const added = series.current.push({
-        step: step.step,
-        values: [step.loss, samplesPerSecond(step)],
-      });
+      const added = series.current.push(point(step));
       rate.current.add(step.step, Date.parse(step.created_at));
       return added;
     };
@@ -90,6 +91,18 @@ export function useRunFeed(runId: number) {
             chartVersion: s.chartVersion + 1,
             lastStep: steps[steps.length - 1] ?? null,
           }));
+          // The snapshot holds only recent steps: fetch the older history behind them.
+          const generation = ++snapshotGeneration;
+          const first = steps[0]?.step ?? 0;
+          if (first > 0) {
+            loadStepHistory(runId, first)
+              .then((history) => {
+                if (stopped || generation !== snapshotGeneration) return;
+                series.current.prepend(history.map(point));
+                setState((s) => ({ ...s, chartVersion: s.chartVersion + 1 }));
+              })
+              .catch(() => undefined); // the recent steps still show
+          }
           break;
         }
         case "peer":
@@ -141,6 +154,7 @@ export function useRunFeed(runId: number) {
       rerender();
     }, 5000);
     return () => {
+      stopped = true;
       window.clearInterval(tick);
       client.stop();
     };

@@ -1,0 +1,14 @@
+// The few Node built-ins the unit tests use, typed here instead of adding @types/node.
+declare module "node:test" {
+  export function test(name: string, fn: () => void | Promise<void>): void;
+}
+declare module "node:assert/strict" {
+  interface Assert {
+    (value: unknown, message?: string): asserts value;
+    equal(actual: unknown, expected: unknown, message?: string): void;
+    deepEqual(actual: unknown, expected: unknown, message?: string): void;
+    ok(value: unknown, message?: string): asserts value;
+  }
+  const assert: Assert;
+  export default assert;
+}

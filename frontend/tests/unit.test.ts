@@ -1,0 +1,88 @@
+// Unit tests of the dashboard's pure parts, run by `npm test` with Node's own test runner.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { parseErrorBody } from "../src/api";
+import { backoffDelay } from "../src/feed";
+import { PRESETS } from "../src/presets";
+import { BoundedSeries, StepRate, formatDuration } from "../src/series";
+import { DEFAULT_FORM, placeMessages, validateRunForm } from "../src/validation";
+
+test("BoundedSeries stays within its limits over a very long run", () => {
+  const series = new BoundedSeries(100, 50);
+  for (let step = 0; step < 100_000; step++) series.push({ step, values: [1 / (step + 1), step] });
+  assert.ok(series.size <= 150, `size ${series.size}`);
+  const [steps, loss] = series.columns(2);
+  assert.equal(steps.length, series.size);
+  assert.equal(steps[steps.length - 1], 99_999, "the newest point is kept exactly");
+  assert.ok((steps[0] as number) < 2_000, "old history is still represented");
+  for (let i = 1; i < steps.length; i++) assert.ok((steps[i] as number) > (steps[i - 1] as number));
+  assert.equal(loss[loss.length - 1], 1 / 100_000);
+});
+
+test("BoundedSeries ignores replayed steps and keeps gaps as null", () => {
+  const series = new BoundedSeries(10, 10);
+  assert.equal(series.push({ step: 3, values: [null] }), true);
+  assert.equal(series.push({ step: 3, values: [1] }), false);
+  assert.equal(series.push({ step: 2, values: [1] }), false);
+  assert.deepEqual(series.columns(1), [[3], [null]]);
+});
+
+test("BoundedSeries.prepend puts history in front and stays bounded", () => {
+  const series = new BoundedSeries(20, 10);
+  for (let step = 500; step < 510; step++) series.push({ step, values: [step] });
+  series.prepend(Array.from({ length: 500 }, (_, step) => ({ step, values: [step] })));
+  const [steps] = series.columns(1);
+  assert.ok(series.size <= 30);
+  assert.equal(steps[steps.length - 1], 509);
+  assert.ok((steps[0] as number) < 100);
+});
+
+test("StepRate measures recent steps per second", () => {
+  const rate = new StepRate(5);
+  assert.equal(rate.rate(), null);
+  for (let step = 0; step < 10; step++) rate.add(step, step * 2000);
+  assert.equal(rate.rate(), 0.5);
+  assert.equal(formatDuration(3725), "1h 2m");
+});
+
+test("reconnect backoff grows exponentially up to the cap", () => {
+  const delays = Array.from({ length: 12 }, (_, attempt) => backoffDelay(attempt, 500, 30_000));
+  assert.ok(delays[0] >= 400 && delays[0] <= 600);
+  assert.ok(delays[3] >= 3200 && delays[3] <= 4800);
+  for (const delay of delays) assert.ok(delay <= 36_000);
+  assert.ok(delays[11] >= 24_000);
+  assert.ok(backoffDelay(10_000, 500, 30_000) <= 36_000, "no overflow for huge attempt counts");
+});
+
+test("422 bodies map to fields; model-level messages go to the field they name", () => {
+  const error = parseErrorBody(422, {
+    detail: [
+      { loc: ["body", "seq_len"], msg: "Input should be greater than or equal to 8" },
+      { loc: ["body"], msg: "Value error, target_batch_size must be a multiple of microbatch_size" },
+    ],
+  });
+  assert.equal(error.fields.seq_len, "Input should be greater than or equal to 8");
+  assert.deepEqual(error.unplaced, ["target_batch_size must be a multiple of microbatch_size"]);
+  const placed = placeMessages(error.unplaced, Object.keys(DEFAULT_FORM));
+  assert.deepEqual(placed.fields, { target_batch_size: error.unplaced[0] });
+  assert.equal(parseErrorBody(409, { detail: "run is archived" }).message, "run is archived");
+});
+
+test("client-side run validation", () => {
+  const tiny = PRESETS.find((p) => p.name === "tiny");
+  const ok = validateRunForm({ ...DEFAULT_FORM, name: "r" }, tiny);
+  assert.ok(ok.body);
+  assert.equal(ok.body.seq_len, 128);
+  const bad = validateRunForm(
+    { ...DEFAULT_FORM, name: "", num_stages: "9", microbatch_size: "5", seq_len: "300", learning_rate: "x" },
+    tiny,
+  );
+  assert.ok(bad.errors);
+  assert.deepEqual(Object.keys(bad.errors).sort(), [
+    "learning_rate",
+    "name",
+    "num_stages",
+    "seq_len",
+    "target_batch_size",
+  ]);
+});
