@@ -1,34 +1,590 @@
-"""Live swarm state held by the coordinator process (work in progress: filled in by the training core)."""
+"""Live swarm state held by the coordinator: open peer channels and the step in progress of each run.
+
+The database stays the source of truth for everything a restart must keep (runs, their step and
+data cursor, peers, steps, events); this module holds what can be rebuilt: who is connected right
+now and which microbatches of the current step are in flight. Each run has one lock, so a run's
+protocol messages are handled one at a time and in order.
+
+A global step goes: collecting (microbatches granted and reported done) -> averaging (each
+stage's peers average gradients among themselves) -> applying (every stage steps its optimizer)
+-> committed (recorded in the database; the next step opens). Peers that are lost on the way are
+routed around: their in-flight microbatches count as failed, an averaging round restarts without
+them, and the samples whose gradients they held are recorded as lost.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
 from sqlalchemy.orm import Session, sessionmaker
 
+from server.feed import FeedHub
+from server.frames import peer_frame, run_frame, step_frame
+from server.metrics import Metrics
+from server.models import Peer, Run, StageAssignment, utcnow
+from server.policies.averaging import AveragingRound
+from server.policies.stage_choice import choose_stage
+from server.policies.step_book import StepBook
+from server.publish import commit_and_publish
+from server.services.events import record_event
+from server.services.peers import authenticate_peer
+from server.services.runs import run_spec
+from server.services.steps import record_metric, record_step
+from swarmhub.schedule import learning_rate
 from swarmhub.settings import ServerSettings
+from swarmhub.wire import (
+    ApplyStep,
+    AveragingDone,
+    Goodbye,
+    Heartbeat,
+    Hello,
+    Kicked,
+    Message,
+    MicrobatchDone,
+    MicrobatchFailed,
+    NoWork,
+    PeerEndpoint,
+    RunSpec,
+    RunStatusChanged,
+    StageReady,
+    StepApplied,
+    StepBarrier,
+    StepCommitted,
+    SwarmView,
+    Welcome,
+    WorkGrant,
+    WorkRequest,
+)
+from swarmhub.wire import StageAssignment as StageAssignmentMessage
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+WATCHDOG_INTERVAL_S = 0.5
+SYNC_INTERVAL_S = 2.0
+"""How often heartbeat figures are written to the database and swarm views re-sent."""
+
+
+class PeerRejected(Exception):
+    """The control channel is refused; the message is the close reason."""
+
+
+@dataclass(eq=False, kw_only=True)
+class PeerLink:
+    """One connected peer's control channel."""
+
+    peer_id: int
+    run_id: int
+    name: str
+    address: str
+    send: Callable[[str], None]
+    close: Callable[[int, str], None]
+    stage: int | None = None
+    ready: bool = False
+    throughput: float = 0.0
+    queue_length: int = 0
+    samples_done: int = 0
+    last_seen: float = field(default_factory=time.monotonic)
+
+    def push(self, message: Message) -> None:
+        self.send(message.model_dump_json())
+
+    def endpoint(self) -> PeerEndpoint:
+        return PeerEndpoint(
+            peer_id=self.peer_id,
+            address=self.address,
+            stage=self.stage,
+            throughput=self.throughput,
+            queue_length=self.queue_length,
+        )
+
+
+@dataclass(kw_only=True)
+class RunLive:
+    spec: RunSpec
+    status: str
+    data_key: str
+    book: StepBook
+    phase: str = "collecting"
+    rounds: dict[int, AveragingRound] = field(default_factory=dict)
+    pending_apply: set[int] = field(default_factory=set)
+    step_started: float = field(default_factory=time.monotonic)
+    links: dict[int, PeerLink] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def ready_links(self, stage: int | None = None) -> list[PeerLink]:
+        return [link for link in self.links.values() if link.ready and (stage is None or link.stage == stage)]
+
+    def broadcast(self, message: Message) -> None:
+        for link in self.links.values():
+            link.push(message)
+
+    def swarm_view(self) -> SwarmView:
+        return SwarmView(step=self.book.step, peers=[link.endpoint() for link in self.ready_links()])
+
+
+def _new_book(run: Run) -> StepBook:
+    return StepBook(
+        step=run.current_step,
+        target_batch_size=run.target_batch_size,
+        microbatch_size=run.microbatch_size,
+        next_sample=run.next_sample,
+        # A restarted coordinator opens a fresh book for the same step: ids must not repeat old ones.
+        nonce=secrets.token_hex(3),
+    )
 
 
 class LiveSwarm:
-    """Connected peers and the step in progress of every active run.
-
-    The database is the source of truth; this object holds only what a restart can rebuild:
-    open control channels and the microbatches granted for the current step.
-    """
-
-    def __init__(self, session_factory: sessionmaker[Session], settings: ServerSettings) -> None:
+    def __init__(
+        self,
+        *,
+        session_factory: sessionmaker[Session],
+        settings: ServerSettings,
+        feed: FeedHub,
+        metrics: Metrics,
+    ) -> None:
         self._session_factory = session_factory
         self._settings = settings
+        self._feed = feed
+        self._metrics = metrics
+        self._runs: dict[int, RunLive] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ---- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start background tasks (heartbeat timeouts, periodic swarm views)."""
+        await self._db(self._mark_stale_peers_lost)
+        self._tasks = [asyncio.create_task(self._watchdog()), asyncio.create_task(self._sync_forever())]
 
     async def stop(self) -> None:
-        """Stop background tasks and close every peer channel."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for run in self._runs.values():
+            for link in list(run.links.values()):
+                link.close(1012, "coordinator restarting")
+        await self._sync()
 
     def connected_peer_count(self) -> int:
-        return 0
+        return sum(len(run.links) for run in self._runs.values())
+
+    async def _db(self, fn: Callable[[Session], T]) -> T:
+        def work() -> T:
+            with self._session_factory() as session:
+                return fn(session)
+
+        return await asyncio.to_thread(work)
+
+    def _mark_stale_peers_lost(self, session: Session) -> None:
+        """Peers the database thinks are connected lost their channel when the coordinator went down."""
+        for peer in session.query(Peer).filter(Peer.state.in_(("joining", "active"))):
+            peer.state = "lost"
+        session.commit()
+
+    # ---- channel attach / detach --------------------------------------------------------------
+
+    async def attach(
+        self, hello: Hello, send: Callable[[str], None], close: Callable[[int, str], None]
+    ) -> PeerLink:
+        """Admit a peer's channel, or raise PeerRejected."""
+
+        def admit(session: Session) -> tuple[Peer, Run]:
+            peer = authenticate_peer(session, hello.peer_id, hello.credential)
+            if peer is None:
+                raise PeerRejected("unknown peer or bad credential")
+            run = session.get_one(Run, peer.run_id)
+            if run.status not in ("active", "paused"):
+                raise PeerRejected(f"run {run.id} is {run.status}")
+            rejoining = peer.state == "lost"
+            peer.state = "active"
+            peer.last_heartbeat = utcnow()
+            if hello.throughput > 0:
+                peer.throughput = hello.throughput
+            record_event(
+                session,
+                run_id=run.id,
+                peer_id=peer.id,
+                kind="peer_rejoined" if rejoining else "peer_joined",
+                message=f"{peer.name} {'came back' if rejoining else 'joined'} ({peer.device})",
+            )
+            commit_and_publish(session, self._feed, (run.id, peer_frame(peer)))
+            session.refresh(peer)
+            session.refresh(run)
+            session.expunge_all()
+            return peer, run
+
+        peer, run_row = await self._db(admit)
+        run = self._runs.get(run_row.id)
+        if run is None:
+            run = RunLive(
+                spec=run_spec(run_row),
+                status=run_row.status,
+                data_key=run_row.data_key,
+                book=_new_book(run_row),
+            )
+            self._runs[run_row.id] = run
+        async with run.lock:
+            old = run.links.get(peer.id)
+            if old is not None:
+                old.close(1008, "replaced by a newer channel of the same peer")
+                await self._forget_link(run, old)
+            link = PeerLink(
+                peer_id=peer.id,
+                run_id=run.spec.run_id,
+                name=peer.name,
+                address=peer.address,
+                send=send,
+                close=close,
+                throughput=peer.throughput,
+            )
+            run.links[peer.id] = link
+            self._metrics.peers_connected.set(self.connected_peer_count())
+            link.push(Welcome(peer_id=peer.id, run=run.spec, step=run.book.step, data_key=run.data_key))
+            link.push(RunStatusChanged(status=run.status))
+            stage = peer.stage if peer.stage is not None else self._choose_stage(run, peer)
+            await self._assign(run, link, stage, "joined" if peer.stage is None else "rejoined its stage")
+        return link
+
+    def _choose_stage(self, run: RunLive, peer: Peer) -> int:
+        stages = range(run.spec.num_stages)
+        members = [link for link in run.links.values() if link.stage is not None]
+        return choose_stage(
+            [sum(link.throughput for link in members if link.stage == s) for s in stages],
+            [sum(1 for link in members if link.stage == s) for s in stages],
+            peer.requested_stage,
+        )
+
+    async def _assign(self, run: RunLive, link: PeerLink, stage: int, reason: str) -> None:
+        """Give `link` a stage; it becomes ready (routable) once it reports StageReady."""
+        link.stage = stage
+        link.ready = False
+        sources = sorted(run.ready_links(stage), key=lambda other: -other.throughput)
+        step = run.book.step
+
+        def store(session: Session) -> None:
+            peer = session.get_one(Peer, link.peer_id)
+            peer.stage = stage
+            session.add(
+                StageAssignment(
+                    run_id=run.spec.run_id, peer_id=peer.id, stage=stage, step=step, reason=reason
+                )
+            )
+            record_event(
+                session,
+                run_id=run.spec.run_id,
+                peer_id=peer.id,
+                kind="stage_assigned",
+                message=f"{peer.name} serves stage {stage} ({reason})",
+                data={"stage": stage, "step": step},
+            )
+            if not sources and step > 0:
+                record_event(
+                    session,
+                    run_id=run.spec.run_id,
+                    peer_id=peer.id,
+                    kind="stage_reinitialized",
+                    message=f"stage {stage} had no live peer to copy from; {peer.name} starts it afresh",
+                    data={"stage": stage, "step": step},
+                )
+            commit_and_publish(session, self._feed, (run.spec.run_id, peer_frame(peer)))
+
+        await self._db(store)
+        link.push(
+            StageAssignmentMessage(
+                stage=stage, step=step, reason=reason, state_source=sources[0].endpoint() if sources else None
+            )
+        )
+
+    async def detach(self, link: PeerLink, *, state: str, reason: str) -> None:
+        """The channel closed. `state`: 'left' (said goodbye), 'lost' (vanished) or 'kicked'/'banned'."""
+        run = self._runs.get(link.run_id)
+        if run is None:
+            return
+        async with run.lock:
+            if run.links.get(link.peer_id) is not link:
+                return
+            await self._forget_link(run, link)
+
+        def store(session: Session) -> None:
+            peer = session.get_one(Peer, link.peer_id)
+            if peer.state in ("kicked", "banned"):
+                return
+            peer.state = state
+            peer.left_at = utcnow()
+            record_event(
+                session,
+                run_id=link.run_id,
+                peer_id=peer.id,
+                kind=f"peer_{state}",
+                message=f"{peer.name} {'left' if state == 'left' else 'was lost'}: {reason}",
+                data={"stage": link.stage},
+            )
+            commit_and_publish(session, self._feed, (link.run_id, peer_frame(peer)))
+
+        await self._db(store)
+
+    async def _forget_link(self, run: RunLive, link: PeerLink) -> None:
+        """Route around a departed peer at once: its work failed, its averaging share is gone."""
+        del run.links[link.peer_id]
+        self._metrics.peers_connected.set(self.connected_peer_count())
+        run.book.fail_trainer(link.peer_id)
+        if run.phase == "averaging":
+            for stage, round_ in list(run.rounds.items()):
+                if link.peer_id in round_.group:
+                    run.rounds[stage] = round_.without(link.peer_id)
+                    self._send_barrier(run, stage)
+            await self._maybe_apply(run)
+        elif run.phase == "applying":
+            run.pending_apply.discard(link.peer_id)
+            await self._maybe_commit(run)
+        else:
+            await self._maybe_barrier(run)
+        run.broadcast(run.swarm_view())
+
+    # ---- protocol -----------------------------------------------------------------------------
+
+    async def handle(self, link: PeerLink, message: Message) -> None:
+        run = self._runs[link.run_id]
+        link.last_seen = time.monotonic()
+        if isinstance(message, Heartbeat):
+            link.throughput = message.throughput
+            link.queue_length = message.queue_length
+            link.samples_done = message.samples_done
+            self._metrics.heartbeats.inc()
+            return
+        async with run.lock:
+            if run.links.get(link.peer_id) is not link:
+                return
+            match message:
+                case WorkRequest():
+                    link.push(self._grant(run, link))
+                case MicrobatchDone():
+                    if message.step == run.book.step and run.book.complete(
+                        message.microbatch_id, message.loss
+                    ):
+                        await self._maybe_barrier(run)
+                case MicrobatchFailed():
+                    if message.step == run.book.step and run.book.fail(message.microbatch_id):
+                        await self._maybe_barrier(run)
+                case StageReady():
+                    await self._stage_ready(run, link, message)
+                case AveragingDone():
+                    round_ = run.rounds.get(message.stage)
+                    if run.phase == "averaging" and message.step == run.book.step and round_ is not None:
+                        round_.report(link.peer_id, message.attempt, message.contributors, message.counted)
+                        await self._maybe_apply(run)
+                case StepApplied():
+                    if run.phase == "applying" and message.step == run.book.step:
+                        run.pending_apply.discard(link.peer_id)
+                        await self._maybe_commit(run)
+                case Goodbye():
+                    pass  # the channel handler detaches it as 'left'
+
+    def _grant(self, run: RunLive, link: PeerLink) -> WorkGrant | NoWork:
+        step = run.book.step
+        if run.status != "active":
+            return NoWork(step=step, reason=f"run is {run.status}")
+        if run.phase != "collecting":
+            return NoWork(step=step, reason=f"step {step} is {run.phase}")
+        empty = [s for s in range(run.spec.num_stages) if not run.ready_links(s)]
+        if empty:
+            return NoWork(step=step, reason=f"stage {empty[0]} has no ready peer")
+        grant = run.book.grant(link.peer_id)
+        if grant is None:
+            return NoWork(step=step, reason=f"step {step} has all its microbatches")
+        return WorkGrant(
+            step=step,
+            microbatch_id=grant.microbatch_id,
+            first_sample=grant.first_sample,
+            samples=grant.samples,
+        )
+
+    async def _stage_ready(self, run: RunLive, link: PeerLink, message: StageReady) -> None:
+        if message.stage != link.stage:
+            return
+        if message.step == run.book.step and run.phase == "collecting":
+            link.ready = True
+            run.broadcast(run.swarm_view())
+        else:
+            # It loaded state from before the step now being taken; it must copy again.
+            await self._assign(run, link, message.stage, "state was behind; copying again")
+
+    async def _maybe_barrier(self, run: RunLive) -> None:
+        if run.phase != "collecting" or not run.book.ready_for_barrier():
+            return
+        run.phase = "averaging"
+        run.rounds = {
+            stage: AveragingRound(
+                stage=stage, attempt=0, group=frozenset(link.peer_id for link in run.ready_links(stage))
+            )
+            for stage in range(run.spec.num_stages)
+        }
+        for stage in run.rounds:
+            self._send_barrier(run, stage)
+        await self._maybe_apply(run)
+
+    def _send_barrier(self, run: RunLive, stage: int) -> None:
+        round_ = run.rounds[stage]
+        group = [run.links[p].endpoint() for p in sorted(round_.group) if p in run.links]
+        barrier = StepBarrier(step=run.book.step, attempt=round_.attempt, stage=stage, group=group)
+        for endpoint in group:
+            run.links[endpoint.peer_id].push(barrier)
+
+    async def _maybe_apply(self, run: RunLive) -> None:
+        if run.phase != "averaging" or not all(r.complete() for r in run.rounds.values()):
+            return
+        run.phase = "applying"
+        spec = run.spec
+        rate = learning_rate(
+            run.book.step, peak=spec.learning_rate, warmup_steps=spec.warmup_steps, max_steps=spec.max_steps
+        )
+        run.pending_apply = set()
+        for stage, round_ in run.rounds.items():
+            message = ApplyStep(
+                step=run.book.step,
+                stage=stage,
+                learning_rate=rate,
+                samples=run.book.samples_of(round_.counted()),
+            )
+            for peer_id in round_.group:
+                run.links[peer_id].push(message)
+                run.pending_apply.add(peer_id)
+        await self._maybe_commit(run)
+
+    async def _maybe_commit(self, run: RunLive) -> None:
+        if run.phase != "applying" or run.pending_apply:
+            return
+        book = run.book
+        summary = book.summarize([run.rounds[s].counted() for s in range(run.spec.num_stages)])
+        duration = time.monotonic() - run.step_started
+        finished = run.spec.max_steps is not None and book.step + 1 >= run.spec.max_steps
+
+        def store(session: Session) -> dict[str, Any]:
+            row = session.get_one(Run, run.spec.run_id)
+            row.current_step = book.step + 1
+            row.next_sample = book.next_sample
+            if finished:
+                row.status = "finished"
+            step_row = record_step(
+                session,
+                run_id=row.id,
+                step=book.step,
+                loss=summary.loss,
+                samples_sent=summary.samples_sent,
+                samples_lost=summary.samples_lost,
+                samples_counted=[t.counted for t in summary.stage_tallies],
+                duration_s=duration,
+            )
+            record_metric(
+                session,
+                run_id=row.id,
+                step=book.step,
+                name="samples_per_s",
+                value=summary.samples_done / max(duration, 1e-9),
+            )
+            lost = {s: t.lost for s, t in enumerate(summary.stage_tallies) if t.lost}
+            if lost:
+                record_event(
+                    session,
+                    run_id=row.id,
+                    kind="samples_lost",
+                    message=f"step {book.step}: samples lost per stage {lost} of {summary.samples_sent} sent",
+                    data={"step": book.step, "lost": lost, "sent": summary.samples_sent},
+                )
+            if finished:
+                record_event(
+                    session, run_id=row.id, kind="run_finished", message=f"reached max_steps={row.max_steps}"
+                )
+            frames = [(row.id, step_frame(step_row))]
+            if finished:
+                frames.append((row.id, run_frame(row)))
+            commit_and_publish(session, self._feed, *frames)
+            return {}
+
+        await self._db(store)
+        run.book = book.next_book()
+        run.phase = "collecting"
+        run.rounds = {}
+        run.step_started = time.monotonic()
+        run.broadcast(StepCommitted(step=book.step, loss=summary.loss, next_step=run.book.step))
+        if finished:
+            run.status = "finished"
+            run.broadcast(RunStatusChanged(status="finished"))
+
+    # ---- outside requests ---------------------------------------------------------------------
 
     async def kick_peer(self, peer_id: int, reason: str) -> None:
         """Tell a connected peer to stop and close its channel; the caller has updated the database."""
+        for run in self._runs.values():
+            link = run.links.get(peer_id)
+            if link is not None:
+                link.push(Kicked(reason=reason))
+                link.close(1008, f"removed: {reason}")
+                async with run.lock:
+                    if run.links.get(peer_id) is link:
+                        await self._forget_link(run, link)
 
     async def run_status_changed(self, run_id: int, status: str) -> None:
         """A run was paused, resumed or archived; tell its peers."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        async with run.lock:
+            run.status = status
+            run.broadcast(RunStatusChanged(status=status))
+
+    # ---- background ---------------------------------------------------------------------------
+
+    async def _watchdog(self) -> None:
+        """Close the channel of any peer silent for longer than the heartbeat timeout."""
+        while True:
+            await asyncio.sleep(WATCHDOG_INTERVAL_S)
+            deadline = time.monotonic() - self._settings.heartbeat_timeout_s
+            for run in list(self._runs.values()):
+                for link in list(run.links.values()):
+                    if link.last_seen < deadline:
+                        link.close(1001, "heartbeat timeout")
+                        await self.detach(
+                            link,
+                            state="lost",
+                            reason=f"no heartbeat for {self._settings.heartbeat_timeout_s:g}s",
+                        )
+
+    async def _sync_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SYNC_INTERVAL_S)
+            try:
+                await self._sync()
+            except Exception:
+                # A database hiccup must not end the loop that keeps dashboards current.
+                log.exception("syncing heartbeat figures failed")
+
+    async def _sync(self) -> None:
+        """Write heartbeat figures to the database, update dashboards, refresh swarm views."""
+        links = [link for run in self._runs.values() for link in run.links.values()]
+        if not links:
+            return
+
+        def store(session: Session) -> None:
+            frames = []
+            for link in links:
+                peer = session.get(Peer, link.peer_id)
+                if peer is None or peer.state != "active":
+                    continue
+                peer.throughput = link.throughput
+                peer.queue_length = link.queue_length
+                peer.samples_done = link.samples_done
+                peer.last_heartbeat = utcnow()
+                session.flush()
+                frames.append((peer.run_id, peer_frame(peer)))
+            commit_and_publish(session, self._feed, *frames)
+
+        await self._db(store)
+        for run in self._runs.values():
+            run.broadcast(run.swarm_view())

@@ -148,6 +148,8 @@ class Peer(Base):
     queue_length: Mapped[int] = mapped_column(default=0)
     samples_done: Mapped[int] = mapped_column(sa.BigInteger, default=0)
     stage: Mapped[int | None]
+    requested_stage: Mapped[int | None]
+    """The stage the participant asked for with --stage; None lets the coordinator choose."""
     state: Mapped[str] = mapped_column(sa.String(16), default="joining")
     credential_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
     join_token_id: Mapped[int | None] = mapped_column(

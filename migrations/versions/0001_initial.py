@@ -107,6 +107,7 @@ def upgrade() -> None:
         sa.Column("queue_length", sa.Integer(), nullable=False),
         sa.Column("samples_done", sa.BigInteger(), nullable=False),
         sa.Column("stage", sa.Integer(), nullable=True),
+        sa.Column("requested_stage", sa.Integer(), nullable=True),
         sa.Column("state", sa.String(16), nullable=False),
         sa.Column("credential_hash", sa.String(64), nullable=False),
         sa.Column("join_token_id", sa.Integer(), nullable=True),

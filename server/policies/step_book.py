@@ -48,6 +48,8 @@ class StepBook:
     target_batch_size: int
     microbatch_size: int
     next_sample: int
+    nonce: str = ""
+    """Part of every microbatch id, so a book reopened for the same step never reuses an id."""
     outstanding: dict[str, Grant] = field(default_factory=dict)
     done: dict[str, Grant] = field(default_factory=dict)
     failed: dict[str, Grant] = field(default_factory=dict)
@@ -80,7 +82,7 @@ class StepBook:
             return None
         samples = min(self.microbatch_size, missing)
         grant = Grant(
-            microbatch_id=f"s{self.step}-m{self._sequence}",
+            microbatch_id=f"s{self.step}-{self.nonce}m{self._sequence}",
             trainer_id=trainer_id,
             first_sample=self.next_sample,
             samples=samples,
@@ -139,4 +141,5 @@ class StepBook:
             target_batch_size=self.target_batch_size,
             microbatch_size=self.microbatch_size,
             next_sample=self.next_sample,
+            nonce=self.nonce,
         )

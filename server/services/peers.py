@@ -39,6 +39,7 @@ def register_peer(session: Session, registration: PeerRegistration) -> tuple[Pee
         device=registration.device,
         device_name=registration.device_name,
         throughput=registration.throughput,
+        requested_stage=registration.requested_stage,
         state="joining",
         credential_hash=token_hash(credential),
         join_token_id=token.id,

@@ -1,0 +1,104 @@
+"""The peer's control channel to the coordinator: one websocket, reconnected with capped backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from pydantic import ValidationError
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from swarmhub.wire import CoordinatorToPeer, CoordinatorToPeerMessage, Hello, Message
+
+log = logging.getLogger(__name__)
+
+BACKOFF_START_S = 0.5
+BACKOFF_MAX_S = 10.0
+POLICY_VIOLATION = 1008
+"""Close code the coordinator uses for a channel it refuses (bad credential, kicked, run over)."""
+
+
+class Rejected(RuntimeError):
+    """The coordinator closed the channel on purpose (bad credential, kicked, run gone): do not retry."""
+
+
+def control_url(coordinator_url: str, path: str) -> str:
+    base = coordinator_url.rstrip("/")
+    if base.startswith("https://"):
+        return "wss://" + base.removeprefix("https://") + path
+    return "ws://" + base.removeprefix("http://") + path
+
+
+class ControlChannel:
+    """Keeps a channel open, says Hello on every (re)connect and hands each frame to `on_message`."""
+
+    def __init__(
+        self,
+        url: str,
+        hello: Callable[[], Hello],
+        on_message: Callable[[CoordinatorToPeerMessage], Awaitable[None]],
+        on_disconnect: Callable[[], None],
+    ) -> None:
+        self._url = url
+        self._hello = hello
+        self._on_message = on_message
+        self._on_disconnect = on_disconnect
+        self._connection: ClientConnection | None = None
+        self._connected = asyncio.Event()
+
+    async def run(self) -> None:
+        """Until cancelled or rejected: connect, serve, reconnect after a drop."""
+        delay = BACKOFF_START_S
+        while True:
+            try:
+                async with connect(
+                    self._url, open_timeout=10, ping_interval=10, ping_timeout=20
+                ) as connection:
+                    await connection.send(self._hello().model_dump_json())
+                    self._connection = connection
+                    self._connected.set()
+                    delay = BACKOFF_START_S
+                    async for raw in connection:
+                        try:
+                            message = CoordinatorToPeer.validate_json(raw)
+                        except ValidationError as exc:
+                            log.warning("ignoring a control frame the peer does not understand: %s", exc)
+                            continue
+                        await self._on_message(message)
+                    if connection.close_code == POLICY_VIOLATION:
+                        raise Rejected(f"coordinator closed the channel: {connection.close_reason}")
+            except InvalidStatus as exc:
+                if exc.response.status_code in (401, 403, 404):
+                    raise Rejected(
+                        f"coordinator refused the channel: HTTP {exc.response.status_code}"
+                    ) from exc
+                log.warning("control channel refused (%s); retrying in %.1fs", exc, delay)
+            except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
+                log.warning("control channel lost (%s); reconnecting in %.1fs", exc, delay)
+            finally:
+                if self._connection is not None:
+                    self._connection = None
+                    self._connected.clear()
+                    self._on_disconnect()
+            await asyncio.sleep(delay)
+            delay = min(BACKOFF_MAX_S, delay * 2)
+
+    async def send(self, message: Message) -> bool:
+        """Send if connected; False if the channel is down (the caller decides whether that matters)."""
+        connection = self._connection
+        if connection is None:
+            return False
+        try:
+            await connection.send(message.model_dump_json())
+        except ConnectionClosed:
+            return False
+        return True
+
+    async def wait_connected(self) -> None:
+        await self._connected.wait()
+
+    async def close(self) -> None:
+        if self._connection is not None:
+            await self._connection.close()

@@ -1,0 +1,448 @@
+"""A running peer: registers, benchmarks itself, serves its stage, trains, and follows the coordinator.
+
+Everything the coordinator says arrives on the control channel and is handled in `on_message`;
+tensors only ever move over the data plane (`stage_server`, `trainer`, `averaging`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import torch
+
+from swarmhub.presets import get_preset
+from swarmhub.settings import PeerSettings
+from swarmhub.wire import (
+    ApplyStep,
+    AveragingDone,
+    CoordinatorToPeerMessage,
+    Goodbye,
+    Heartbeat,
+    Hello,
+    Kicked,
+    MicrobatchDone,
+    MicrobatchFailed,
+    NoWork,
+    PeerRegistered,
+    PeerRegistration,
+    RunSpec,
+    RunStatusChanged,
+    StageAssignment,
+    StageReady,
+    StepApplied,
+    StepBarrier,
+    StepCommitted,
+    SwarmView,
+    Welcome,
+    WorkGrant,
+    WorkRequest,
+)
+
+from .averaging import Contribution
+from .benchmark import measure_block_throughput
+from .control import ControlChannel, control_url
+from .data import SampleSource, load_corpus
+from .frames import decode_frame, encode_frame, make_credential
+from .model import build_stage, config_for
+from .stage_server import StageServer
+from .stage_worker import StageWorker
+from .trainer import Trainer
+from .transport import FramePool, FrameServer, TransportError, UploadPacer
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 1.0
+AVERAGING_TIMEOUT_S = 120.0
+STATE_FETCH_TIMEOUT_S = 120.0
+
+
+class PeerStopped(Exception):
+    """The coordinator ended this peer's part (kicked, run finished or archived)."""
+
+
+def max_frame_bytes(run: RunSpec) -> int:
+    """Upper bound of any data-plane frame of this run: a whole stage's state (parameters plus two
+    optimizer moments) is the largest thing sent; activations are far smaller for real presets."""
+    preset = get_preset(run.model_preset)
+    state = 3 * 4 * preset.parameter_count
+    activations = 4 * 4 * run.microbatch_size * run.seq_len * preset.d_model
+    return state + activations + (1 << 20)
+
+
+@dataclass(kw_only=True)
+class ProgressLine:
+    """What the terminal shows; one line per committed step."""
+
+    started: float = field(default_factory=time.monotonic)
+
+    def render(
+        self, *, step: int, loss: float | None, stage: int | None, trainer: Trainer, throughput: float
+    ) -> str:
+        elapsed = time.monotonic() - self.started
+        loss_text = "-" if loss is None else f"{loss:.4f}"
+        return (
+            f"step {step:5d}  loss {loss_text}  stage {stage if stage is not None else '-'}  "
+            f"stage rate {throughput:7.1f} samples/s  trained {trainer.stats.samples_done} samples "
+            f"({trainer.stats.samples_done / max(elapsed, 1e-9):.1f}/s)  retries {trainer.stats.retries}"
+        )
+
+
+class PeerRuntime:
+    def __init__(self, coordinator_url: str, token: str, settings: PeerSettings, name: str = "") -> None:
+        self.coordinator_url = coordinator_url.rstrip("/")
+        self.token = token
+        self.settings = settings
+        self.name = name or socket.gethostname()
+        self.device = torch.device(settings.device)
+        self.registered: PeerRegistered | None = None
+        self.data_key = ""
+        self.step = 0
+        self.stage: int | None = None
+        self.server: StageServer | None = None
+        self.trainer: Trainer | None = None
+        self.pool: FramePool | None = None
+        self.control: ControlChannel | None = None
+        self.throughput_estimate = 0.0
+        self.progress = ProgressLine()
+        self.stopped = asyncio.Event()
+        self.stop_reason = ""
+        self._work_replies: collections.deque[asyncio.Future[WorkGrant | None]] = collections.deque()
+        self._pending_sum: dict[int, object] = {}
+        self._averaging: asyncio.Task[None] | None = None
+        self._loading: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[object]] = set()
+
+    # ---- start-up ---------------------------------------------------------------------------
+
+    async def run(self) -> str:
+        """Join and train until stopped; returns why it stopped."""
+        torch.set_num_threads(self.settings.threads)
+        listener = socket.create_server((self.settings.listen_host, self.settings.listen_port))
+        address = f"{self.settings.listen_host}:{listener.getsockname()[1]}"
+        registered = await self._register(address)
+        run = registered.run
+        self.registered = registered
+        frame_limit = max_frame_bytes(run)
+        pacer = UploadPacer(self.settings.upload_mbps)
+        config = config_for(run.model_preset)
+        self.server = StageServer(
+            peer_id=registered.peer_id,
+            run=run,
+            data_key="",
+            d_model=config.d_model,
+            slowdown=self.settings.slowdown,
+            max_bytes=frame_limit,
+        )
+        self.pool = FramePool(max_bytes=frame_limit, pacer=pacer)
+        self.throughput_estimate = measure_block_throughput(config, run, self.device) / self.settings.slowdown
+        self._say(
+            f"joined run {run.run_id} ({run.name!r}) as peer {registered.peer_id}; serving data plane on "
+            f"{address}; benchmark {self.throughput_estimate:.1f} samples/s per block"
+        )
+        frame_server = FrameServer(self.server.handle, max_bytes=frame_limit, pacer=pacer)
+        await frame_server.start(listener)
+        corpus = await asyncio.to_thread(load_corpus, run.dataset)
+        samples = SampleSource(corpus, run.seq_len, run.seed)
+        self.trainer = Trainer(
+            run=run,
+            peer_id=registered.peer_id,
+            credential="",
+            samples=samples,
+            pool=self.pool,
+            request_work=self._request_work,
+            report=self._report,
+            call_timeout_s=self.settings.call_timeout_s,
+            max_frame_bytes=frame_limit,
+        )
+        self.control = ControlChannel(
+            control_url(self.coordinator_url, registered.control_url_path),
+            hello=lambda: Hello(
+                peer_id=registered.peer_id,
+                credential=registered.credential,
+                throughput=self.throughput_estimate,
+            ),
+            on_message=self.on_message,
+            on_disconnect=self._on_control_lost,
+        )
+        self._spawn(self._control_forever())
+        self._spawn(self._heartbeats())
+        if self.settings.trainer:
+            self._spawn(self.trainer.run_forever())
+        try:
+            await self.stopped.wait()
+        finally:
+            await self.control.send(Goodbye())
+            await self.control.close()
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await frame_server.stop()
+            await self.pool.close()
+            self.server.close()
+        return self.stop_reason
+
+    async def _register(self, address: str) -> PeerRegistered:
+        registration = PeerRegistration(
+            join_token=self.token,
+            address=address,
+            device=self.settings.device,
+            device_name=torch.cuda.get_device_name() if self.device.type == "cuda" else "cpu",
+            throughput=0.0,
+            requested_stage=None if self.settings.stage == "auto" else int(self.settings.stage),
+            name=self.name,
+        )
+        async with httpx.AsyncClient(timeout=30) as client:
+            response = await client.post(
+                f"{self.coordinator_url}/api/peers/register",
+                content=registration.model_dump_json(),
+                headers={"content-type": "application/json"},
+            )
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text
+            raise SystemExit(f"the coordinator refused to register this peer: {detail}")
+        return PeerRegistered.model_validate_json(response.content)
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[object]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self.stop(f"{type(exc).__name__}: {exc}")
+            if not isinstance(exc, PeerStopped):
+                log.error("peer task failed", exc_info=exc)
+
+    def stop(self, reason: str) -> None:
+        if not self.stopped.is_set():
+            self.stop_reason = reason
+            self.stopped.set()
+
+    async def _control_forever(self) -> None:
+        assert self.control is not None
+        await self.control.run()
+
+    # ---- control messages --------------------------------------------------------------------
+
+    async def on_message(self, message: CoordinatorToPeerMessage) -> None:
+        match message:
+            case Welcome():
+                self.data_key = message.data_key
+                assert self.server is not None and self.trainer is not None
+                self.server.data_key = message.data_key
+                self.trainer.credential = make_credential(message.data_key, message.peer_id)
+                self.step = message.step
+                if self.server.worker is not None:
+                    await self.server.compute(self.server.worker.discard_accumulated)
+            case StageAssignment():
+                if self._loading is not None:
+                    self._loading.cancel()
+                self._loading = asyncio.ensure_future(self._load_stage(message))
+            case SwarmView():
+                assert self.trainer is not None
+                self.trainer.update_swarm(message.peers)
+            case WorkGrant() | NoWork():
+                if self._work_replies:
+                    self._work_replies.popleft().set_result(
+                        message if isinstance(message, WorkGrant) else None
+                    )
+            case StepBarrier():
+                if self._averaging is not None:
+                    self._averaging.cancel()
+                self._averaging = asyncio.ensure_future(self._average(message))
+            case ApplyStep():
+                await self._apply(message)
+            case StepCommitted():
+                self.step = message.next_step
+                assert self.trainer is not None and self.server is not None
+                self._say(
+                    self.progress.render(
+                        step=message.step,
+                        loss=message.loss,
+                        stage=self.stage,
+                        trainer=self.trainer,
+                        throughput=self.server.throughput,
+                    )
+                )
+                self.trainer.work_available.set()
+            case RunStatusChanged():
+                if message.status in ("finished", "archived"):
+                    self._say(f"run is {message.status}; leaving")
+                    self.stop(f"run {message.status}")
+                elif message.status == "active" and self.trainer is not None:
+                    self.trainer.work_available.set()
+            case Kicked():
+                self._say(f"removed by the coordinator: {message.reason}")
+                self.stop(f"kicked: {message.reason}")
+
+    def _on_control_lost(self) -> None:
+        while self._work_replies:
+            self._work_replies.popleft().set_result(None)
+
+    async def _request_work(self) -> WorkGrant | None:
+        assert self.control is not None
+        future: asyncio.Future[WorkGrant | None] = asyncio.get_running_loop().create_future()
+        self._work_replies.append(future)
+        if not await self.control.send(WorkRequest()):
+            if future in self._work_replies:
+                self._work_replies.remove(future)
+            await asyncio.sleep(0.5)
+            return None
+        return await future
+
+    async def _report(self, message: MicrobatchDone | MicrobatchFailed) -> bool:
+        assert self.control is not None
+        return await self.control.send(message)
+
+    async def _heartbeats(self) -> None:
+        assert self.control is not None and self.server is not None
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            measured = self.server.throughput
+            await self.control.send(
+                Heartbeat(
+                    throughput=measured if measured > 0 else self._stage_estimate(),
+                    queue_length=self.server.queue_length,
+                    samples_done=self.server.samples_done,
+                )
+            )
+
+    def _stage_estimate(self) -> float:
+        """Start-up benchmark scaled to the blocks of the assigned stage, until calls are measured."""
+        assert self.registered is not None
+        if self.stage is None:
+            return self.throughput_estimate
+        run = self.registered.run
+        n_layer = get_preset(run.model_preset).n_layer
+        return self.throughput_estimate * run.num_stages / n_layer
+
+    # ---- stage state -------------------------------------------------------------------------
+
+    async def _load_stage(self, assignment: StageAssignment) -> None:
+        assert self.server is not None and self.registered is not None and self.control is not None
+        run = self.registered.run
+        worker = self.server.worker
+        if not (worker is not None and worker.stage == assignment.stage and worker.step == assignment.step):
+            module = build_stage(config_for(run.model_preset), assignment.stage, run.num_stages, run.seed)
+            worker = StageWorker(module, run, assignment.step, self.device)
+            if assignment.state_source is not None:
+                await self._fetch_state(worker, assignment)
+            self.server.worker = worker
+        self.stage = assignment.stage
+        self._say(f"serving stage {assignment.stage} from step {worker.step} ({assignment.reason})")
+        await self.control.send(StageReady(stage=assignment.stage, step=worker.step))
+
+    async def _fetch_state(self, worker: StageWorker, assignment: StageAssignment) -> None:
+        assert self.pool is not None and self.registered is not None and assignment.state_source is not None
+        source = assignment.state_source
+        frame = encode_frame(
+            kind="fetch_state",
+            run_id=self.registered.run.run_id,
+            stage=assignment.stage,
+            microbatch_id="",
+            sender=self.registered.peer_id,
+            credential=make_credential(self.data_key, self.registered.peer_id),
+            step=assignment.step,
+        )
+        try:
+            reply = await self.pool.request(source.address, frame, STATE_FETCH_TIMEOUT_S)
+        except TransportError as exc:
+            raise PeerStopped(f"could not fetch stage state from peer {source.peer_id}: {exc}") from exc
+        header, tensors = decode_frame(reply, max_bytes=max_frame_bytes(self.registered.run))
+        if header.kind == "error":
+            raise PeerStopped(f"peer {source.peer_id} refused to share stage state: {header.error}")
+        step = header.info.get("step")
+        if not isinstance(step, int):
+            raise PeerStopped("stage state arrived without its step")
+        worker.import_state(tensors, step)
+
+    # ---- global steps ------------------------------------------------------------------------
+
+    async def _average(self, barrier: StepBarrier) -> None:
+        assert self.server is not None and self.pool is not None and self.control is not None
+        assert self.registered is not None
+        worker = self.server.worker
+        if worker is None or worker.stage != barrier.stage or worker.step != barrier.step:
+            log.warning(
+                "barrier for stage %d step %d does not match this peer's state", barrier.stage, barrier.step
+            )
+            return
+        worker.frozen = True
+        mine = await self.server.compute(worker.flat_gradients)
+        counted = sorted(worker.accumulated)
+        others = [p for p in barrier.group if p.peer_id != self.registered.peer_id]
+        frame = encode_frame(
+            kind="push_grads",
+            run_id=self.registered.run.run_id,
+            stage=barrier.stage,
+            microbatch_id="",
+            sender=self.registered.peer_id,
+            credential=make_credential(self.data_key, self.registered.peer_id),
+            step=barrier.step,
+            attempt=barrier.attempt,
+            tensors={"grads": mine},
+            codec="none",
+            info={"counted": counted},
+        )
+
+        async def push(address: str) -> None:
+            reply = await self.pool.request(address, frame, AVERAGING_TIMEOUT_S)  # type: ignore[union-attr]
+            header, _ = decode_frame(reply, max_bytes=max_frame_bytes(self.registered.run))  # type: ignore[union-attr]
+            if header.kind == "error":
+                raise TransportError(f"gradient push refused: {header.error}")
+
+        try:
+            async with asyncio.timeout(AVERAGING_TIMEOUT_S):
+                await asyncio.gather(*(push(p.address) for p in others))
+                received = await self.server.inbox.wait_for(
+                    barrier.step, barrier.attempt, {p.peer_id for p in others}
+                )
+        except (TransportError, TimeoutError) as exc:
+            # A member vanished: the coordinator will notice and start a new attempt without it.
+            log.warning("averaging step %d attempt %d stalled: %s", barrier.step, barrier.attempt, exc)
+            return
+        contributions = [Contribution(grads=mine, counted=counted), *received.values()]
+        total = torch.stack([c.grads for c in contributions]).sum(dim=0)
+        self._pending_sum[barrier.step] = total
+        union = sorted({mb for c in contributions for mb in c.counted})
+        await self.control.send(
+            AveragingDone(
+                step=barrier.step,
+                attempt=barrier.attempt,
+                stage=barrier.stage,
+                contributors=sorted(p.peer_id for p in barrier.group),
+                counted=union,
+            )
+        )
+
+    async def _apply(self, message: ApplyStep) -> None:
+        assert self.server is not None and self.control is not None
+        worker = self.server.worker
+        summed = self._pending_sum.pop(message.step, None)
+        if worker is None or worker.step != message.step or summed is None:
+            log.warning("apply for step %d but this peer has no averaged gradient for it", message.step)
+            return
+        await self.server.compute(lambda: worker.apply_step(summed, message.samples, message.learning_rate))
+        self.server.inbox.drop_through(message.step)
+        await self.control.send(StepApplied(step=message.step, stage=message.stage))
+
+    def _say(self, text: str) -> None:
+        print(
+            f"[peer {self.registered.peer_id if self.registered else '?'}] {text}",
+            file=sys.stdout,
+            flush=True,
+        )

@@ -1,0 +1,95 @@
+"""The peers' control channel: `/ws/peer`, one websocket per peer, JSON frames of `swarmhub.wire`.
+
+The first frame must be a Hello with the peer's id and credential; anything else, or a bad
+credential, closes the channel with 1008 and a reason. After that, frames go to the live swarm in
+order; the coordinator's own frames go out through a queue so a slow peer never stalls the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
+from starlette.websockets import WebSocketState
+
+from server.live import LiveSwarm, PeerRejected
+from swarmhub.wire import Goodbye, Hello, PeerToCoordinator
+
+router = APIRouter()
+log = logging.getLogger(__name__)
+
+HELLO_TIMEOUT_S = 10.0
+POLICY_VIOLATION = 1008
+
+
+@router.websocket("/ws/peer")
+async def peer_channel(websocket: WebSocket) -> None:
+    await websocket.accept()
+    live: LiveSwarm = websocket.app.state.live
+    try:
+        raw = await asyncio.wait_for(websocket.receive_text(), HELLO_TIMEOUT_S)
+        hello = PeerToCoordinator.validate_json(raw)
+    except TimeoutError:
+        await websocket.close(POLICY_VIOLATION, "no hello within 10 seconds")
+        return
+    except (ValidationError, KeyError) as exc:
+        await websocket.close(POLICY_VIOLATION, f"first frame must be a valid hello: {_short(exc)}")
+        return
+    except WebSocketDisconnect:
+        return
+    if not isinstance(hello, Hello):
+        await websocket.close(POLICY_VIOLATION, "first frame must be a hello")
+        return
+
+    outbox: asyncio.Queue[str | tuple[int, str]] = asyncio.Queue()
+    try:
+        link = await live.attach(
+            hello, outbox.put_nowait, lambda code, reason: outbox.put_nowait((code, reason))
+        )
+    except PeerRejected as exc:
+        await websocket.close(POLICY_VIOLATION, str(exc))
+        return
+    writer = asyncio.create_task(_write(websocket, outbox))
+    state, reason = "lost", "channel closed"
+    try:
+        while True:
+            raw = await websocket.receive_text()
+            try:
+                message = PeerToCoordinator.validate_json(raw)
+            except ValidationError as exc:
+                await websocket.close(POLICY_VIOLATION, f"invalid frame: {_short(exc)}")
+                reason = "sent an invalid frame"
+                break
+            if isinstance(message, Goodbye):
+                state, reason = "left", "said goodbye"
+                break
+            await live.handle(link, message)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await writer
+        await live.detach(link, state=state, reason=reason)
+
+
+async def _write(websocket: WebSocket, outbox: asyncio.Queue[str | tuple[int, str]]) -> None:
+    while True:
+        item = await outbox.get()
+        if websocket.application_state != WebSocketState.CONNECTED:
+            return
+        try:
+            if isinstance(item, tuple):
+                code, reason = item
+                await websocket.close(code, reason)
+                return
+            await websocket.send_text(item)
+        except (RuntimeError, WebSocketDisconnect, OSError):
+            return
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:100] if str(exc) else type(exc).__name__

@@ -1,0 +1,229 @@
+"""A whole swarm on this machine: one coordinator process and N peer processes over loopback.
+
+Used by `swarmhub demo`, the multi-process tests and the benchmarks, so that all three exercise
+the same real commands a user runs (`swarmhub serve`, `swarmhub-peer join`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ADMIN_USERNAME = "admin"
+STARTUP_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bin(name: str) -> str:
+    """A console script of this installation (next to the running interpreter)."""
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
+@dataclass
+class PeerProcess:
+    index: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    options: list[str]
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@dataclass
+class LocalSwarm:
+    """Start with `start()`, stop with `stop()` (or use as a context manager)."""
+
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="swarmhub-")))
+    port: int = 0
+    database_url: str | None = None
+    heartbeat_timeout_s: float = 5.0
+    frontend_dir: Path | None = None
+    admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
+    coordinator: subprocess.Popen[bytes] | None = None
+    peers: list[PeerProcess] = field(default_factory=list)
+    token: str = ""
+    _client: httpx.Client | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def client(self) -> httpx.Client:
+        assert self._client is not None, "start() first"
+        return self._client
+
+    def __enter__(self) -> LocalSwarm:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["SWARMHUB_DATABASE_URL"] = self.database_url or f"sqlite:///{self.workdir / 'swarmhub.sqlite'}"
+        env["SWARMHUB_HEARTBEAT_TIMEOUT_S"] = str(self.heartbeat_timeout_s)
+        env["SWARMHUB_CHECKPOINT_DIR"] = str(self.workdir / "checkpoints")
+        if self.frontend_dir is not None:
+            env["SWARMHUB_FRONTEND_DIR"] = str(self.frontend_dir)
+        env.setdefault("SWARMHUB_PEER_THREADS", "1")
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def start(self) -> None:
+        self.port = self.port or free_port()
+        subprocess.run(
+            [_bin("swarmhub"), "create-admin", "--username", ADMIN_USERNAME, "--password-stdin"],
+            input=self.admin_password.encode() + b"\n",
+            env=self._env(),
+            check=True,
+            capture_output=True,
+        )
+        self.start_coordinator()
+        self._client = httpx.Client(base_url=self.url, timeout=30)
+        login = self._client.post(
+            "/api/auth/login", json={"username": ADMIN_USERNAME, "password": self.admin_password}
+        )
+        login.raise_for_status()
+        self._client.headers["Authorization"] = f"Bearer {login.json()['token']}"
+
+    def start_coordinator(self) -> None:
+        log = open(self.workdir / "coordinator.log", "ab")  # noqa: SIM115 - owned by the child process
+        self.coordinator = subprocess.Popen(
+            [_bin("swarmhub"), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            env=self._env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.coordinator.poll() is not None:
+                raise RuntimeError(f"coordinator exited:\n{(self.workdir / 'coordinator.log').read_text()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("coordinator did not become healthy in time")
+
+    def stop_coordinator(self, sig: int = signal.SIGTERM) -> None:
+        if self.coordinator is not None and self.coordinator.poll() is None:
+            self.coordinator.send_signal(sig)
+            try:
+                self.coordinator.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.coordinator.kill()
+                self.coordinator.wait()
+
+    def create_run(self, **params: Any) -> dict[str, Any]:
+        params.setdefault("name", "local swarm")
+        response = self.client.post("/api/runs", json=params)
+        if response.status_code >= 400:
+            raise RuntimeError(f"run rejected: {response.text}")
+        run = response.json()
+        token = self.client.post(f"/api/runs/{run['id']}/tokens", json={"label": "local"})
+        token.raise_for_status()
+        self.token = token.json()["token"]
+        return run
+
+    def start_peer(self, *options: str) -> PeerProcess:
+        index = len(self.peers)
+        log_path = self.workdir / f"peer-{index}.log"
+        log = open(log_path, "ab")  # noqa: SIM115 - owned by the child process
+        process = subprocess.Popen(
+            [
+                _bin("swarmhub-peer"),
+                "join",
+                self.url,
+                "--token",
+                self.token,
+                "--name",
+                f"local-{index}",
+                *options,
+            ],
+            env=self._env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        peer = PeerProcess(index=index, process=process, log_path=log_path, options=list(options))
+        self.peers.append(peer)
+        return peer
+
+    def steps(self, run_id: int) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        while True:
+            after = rows[-1]["step"] if rows else -1
+            page = self.client.get(f"/api/runs/{run_id}/steps", params={"after": after, "limit": 500})
+            page.raise_for_status()
+            batch = page.json()
+            rows.extend(batch)
+            if len(batch) < 500:
+                return rows
+
+    def events(self, run_id: int) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        while True:
+            after = rows[-1]["id"] if rows else 0
+            page = self.client.get(f"/api/runs/{run_id}/events", params={"after": after, "limit": 500})
+            page.raise_for_status()
+            batch = page.json()
+            rows.extend(batch)
+            if len(batch) < 500:
+                return rows
+
+    def run_detail(self, run_id: int) -> dict[str, Any]:
+        response = self.client.get(f"/api/runs/{run_id}")
+        response.raise_for_status()
+        return response.json()
+
+    def wait_for_steps(self, run_id: int, count: int, timeout_s: float) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            steps = self.steps(run_id)
+            if len(steps) >= count:
+                return steps
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{len(steps)} of {count} steps after {timeout_s:.0f}s; logs in {self.workdir}"
+                )
+            if self.peers and not any(p.alive() for p in self.peers):
+                tail = "\n".join(p.log()[-2000:] for p in self.peers)
+                raise RuntimeError(f"every peer exited after {len(steps)} steps:\n{tail}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        for peer in self.peers:
+            if peer.alive():
+                peer.process.send_signal(signal.SIGTERM)
+        for peer in self.peers:
+            try:
+                peer.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                peer.process.kill()
+                peer.process.wait()
+        if self._client is not None:
+            self._client.close()
+        self.stop_coordinator()
