@@ -426,6 +426,7 @@ class PeerRuntime:
                 stage=barrier.stage,
                 contributors=sorted(p.peer_id for p in barrier.group),
                 counted=union,
+                grad_sum_norm_sq=float(total.double().square().sum()),
             )
         )
 
@@ -436,7 +437,9 @@ class PeerRuntime:
         if worker is None or worker.step != message.step or summed is None:
             log.warning("apply for step %d but this peer has no averaged gradient for it", message.step)
             return
-        await self.server.compute(lambda: worker.apply_step(summed, message.samples, message.learning_rate))
+        await self.server.compute(
+            lambda: worker.apply_step(summed, message.samples, message.learning_rate, message.grad_scale)
+        )
         self.server.inbox.drop_through(message.step)
         await self.control.send(StepApplied(step=message.step, stage=message.stage))
 

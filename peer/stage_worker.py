@@ -16,7 +16,6 @@ from swarmhub.wire import RunSpec
 
 from .model import PipelineStage
 
-GRAD_CLIP_NORM = 1.0
 ADAM_BETAS = (0.9, 0.95)
 SGD_MOMENTUM = 0.9
 
@@ -36,14 +35,9 @@ def make_optimizer(run: RunSpec, params: list[nn.Parameter]) -> torch.optim.Opti
 def apply_gradients(
     module: nn.Module, optimizer: torch.optim.Optimizer, grads: list[Tensor], learning_rate: float
 ) -> None:
-    """One optimizer step with the given (already averaged) gradients.
-
-    Shared with the single-process reference so that "a step over the swarm equals a step in one
-    process" compares the same update rule.
-    """
+    """One optimizer step with the given gradients (already averaged and clipped)."""
     for param, grad in zip(module.parameters(), grads, strict=True):
         param.grad = grad.to(param.dtype).clone()
-    torch.nn.utils.clip_grad_norm_(module.parameters(), GRAD_CLIP_NORM)
     for group in optimizer.param_groups:
         group["lr"] = learning_rate
     optimizer.step()
@@ -144,13 +138,15 @@ class StageWorker:
         """This peer's accumulated gradient sum, flattened (float32, CPU) for averaging."""
         return torch.cat([a.reshape(-1) for a in self._accumulator]).float().cpu()
 
-    def apply_step(self, summed: Tensor, samples: int, learning_rate: float) -> None:
-        """Take the optimizer step with the stage's summed gradient over `samples` samples."""
+    def apply_step(self, summed: Tensor, samples: int, learning_rate: float, grad_scale: float) -> None:
+        """Take the optimizer step with the stage's summed gradient over `samples` samples,
+        scaled by the clipping factor the coordinator computed from the whole model's norm."""
         if samples > 0:
+            averaged = summed * (grad_scale / samples)
             grads, offset = [], 0
             for param in self._params:
                 n = param.numel()
-                grads.append((summed[offset : offset + n] / samples).view_as(param).to(self.device))
+                grads.append(averaged[offset : offset + n].view_as(param).to(self.device))
                 offset += n
             apply_gradients(self.module, self.optimizer, grads, learning_rate)
         self.step += 1

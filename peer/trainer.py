@@ -98,8 +98,9 @@ class Trainer:
 
     async def train_microbatch(self, grant: WorkGrant) -> None:
         retries_before = self.stats.retries
+        traffic = [0]
         try:
-            loss = await self._pipeline(grant)
+            loss = await self._pipeline(grant, traffic)
         except CallFailed as exc:
             self.stats.microbatches_failed += 1
             log.warning("microbatch %s failed: %s", grant.microbatch_id, exc)
@@ -116,18 +117,20 @@ class Trainer:
                 samples=grant.samples,
                 loss=loss,
                 retries=self.stats.retries - retries_before,
+                bytes_sent=traffic[0],
             )
         )
 
-    async def _pipeline(self, grant: WorkGrant) -> float:
+    async def _pipeline(self, grant: WorkGrant, traffic: list[int]) -> float:
+        """Loss of the microbatch; `traffic[0]` accumulates the bytes moved for it."""
         inputs, targets = self.samples.batch(grant.first_sample, grant.samples)
         last = self.run.num_stages - 1
         stage_inputs: list[Tensor] = [inputs]
         for stage in range(last):
-            _, out = await self._call(stage, "forward", grant, {"x": stage_inputs[-1]}, expect="y")
+            _, out = await self._call(stage, "forward", grant, {"x": stage_inputs[-1]}, traffic, expect="y")
             stage_inputs.append(out["y"])
         info, out = await self._call(
-            last, "forward_backward", grant, {"x": stage_inputs[last], "targets": targets}
+            last, "forward_backward", grant, {"x": stage_inputs[last], "targets": targets}, traffic
         )
         loss = info.get("loss")
         if not isinstance(loss, float):
@@ -136,7 +139,9 @@ class Trainer:
             grad = out.get("grad_x")
             if grad is None:
                 raise CallFailed(f"stage {stage + 1} answered without an input gradient")
-            _, out = await self._call(stage, "backward", grant, {"x": stage_inputs[stage], "grad": grad})
+            _, out = await self._call(
+                stage, "backward", grant, {"x": stage_inputs[stage], "grad": grad}, traffic
+            )
         return loss
 
     async def _call(
@@ -145,6 +150,7 @@ class Trainer:
         kind: FrameKind,
         grant: WorkGrant,
         tensors: dict[str, Tensor],
+        traffic: list[int],
         expect: str | None = None,
     ) -> tuple[dict, dict[str, Tensor]]:
         router = self.routers[stage]
@@ -178,6 +184,7 @@ class Trainer:
             attempts += 1
             try:
                 reply = await self.pool.request(self.addresses[peer], frame, self.call_timeout_s)
+                traffic[0] += len(frame) + len(reply)
                 header, out = decode_frame(reply, max_bytes=self.max_frame_bytes)
                 if header.kind == "error":
                     raise CallFailed(header.error or "refused without a reason")

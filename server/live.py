@@ -36,7 +36,7 @@ from server.services.events import record_event
 from server.services.peers import authenticate_peer
 from server.services.runs import run_spec
 from server.services.steps import record_metric, record_step
-from swarmhub.schedule import learning_rate
+from swarmhub.schedule import clip_scale, learning_rate
 from swarmhub.settings import ServerSettings
 from swarmhub.wire import (
     ApplyStep,
@@ -366,7 +366,10 @@ class LiveSwarm:
                     link.push(self._grant(run, link))
                 case MicrobatchDone():
                     if message.step == run.book.step and run.book.complete(
-                        message.microbatch_id, message.loss
+                        message.microbatch_id,
+                        message.loss,
+                        wire_bytes=message.bytes_sent,
+                        retries=message.retries,
                     ):
                         await self._maybe_barrier(run)
                 case MicrobatchFailed():
@@ -377,7 +380,13 @@ class LiveSwarm:
                 case AveragingDone():
                     round_ = run.rounds.get(message.stage)
                     if run.phase == "averaging" and message.step == run.book.step and round_ is not None:
-                        round_.report(link.peer_id, message.attempt, message.contributors, message.counted)
+                        round_.report(
+                            link.peer_id,
+                            message.attempt,
+                            message.contributors,
+                            message.counted,
+                            message.grad_sum_norm_sq,
+                        )
                         await self._maybe_apply(run)
                 case StepApplied():
                     if run.phase == "applying" and message.step == run.book.step:
@@ -444,13 +453,14 @@ class LiveSwarm:
         rate = learning_rate(
             run.book.step, peak=spec.learning_rate, warmup_steps=spec.warmup_steps, max_steps=spec.max_steps
         )
+        samples = {stage: run.book.samples_of(round_.counted()) for stage, round_ in run.rounds.items()}
+        scale = clip_scale(
+            [r.grad_sum_norm_sq() / samples[s] ** 2 for s, r in run.rounds.items() if samples[s]]
+        )
         run.pending_apply = set()
         for stage, round_ in run.rounds.items():
             message = ApplyStep(
-                step=run.book.step,
-                stage=stage,
-                learning_rate=rate,
-                samples=run.book.samples_of(round_.counted()),
+                step=run.book.step, stage=stage, learning_rate=rate, samples=samples[stage], grad_scale=scale
             )
             for peer_id in round_.group:
                 run.links[peer_id].push(message)
@@ -488,6 +498,8 @@ class LiveSwarm:
                 name="samples_per_s",
                 value=summary.samples_done / max(duration, 1e-9),
             )
+            record_metric(session, run_id=row.id, step=book.step, name="wire_bytes", value=book.wire_bytes)
+            record_metric(session, run_id=row.id, step=book.step, name="retries", value=book.retries)
             lost = {s: t.lost for s, t in enumerate(summary.stage_tallies) if t.lost}
             if lost:
                 record_event(

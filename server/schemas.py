@@ -196,6 +196,14 @@ class StepOut(Out):
     created_at: datetime
 
 
+class MetricOut(Out):
+    step: int | None
+    name: str
+    """samples_per_s, wire_bytes (data-plane bytes of the step) or retries (stage calls retried)."""
+    value: float
+    created_at: datetime
+
+
 class EventOut(Out):
     id: int
     run_id: int | None

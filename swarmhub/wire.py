@@ -89,6 +89,8 @@ class MicrobatchDone(Message):
     samples: int = Field(ge=1)
     loss: float
     retries: int = Field(default=0, ge=0)
+    bytes_sent: int = Field(default=0, ge=0)
+    """Data-plane bytes the trainer sent and received for this microbatch (all stages, both ways)."""
 
 
 class MicrobatchFailed(Message):
@@ -109,6 +111,8 @@ class AveragingDone(Message):
     """Peer ids whose gradients went into the average."""
     counted: list[str]
     """Microbatch ids accumulated on this stage, over all contributors (each once)."""
+    grad_sum_norm_sq: float = Field(ge=0)
+    """Squared L2 norm of the stage's summed (not yet divided) gradient, for clipping by global norm."""
 
 
 class StepApplied(Message):
@@ -214,6 +218,8 @@ class ApplyStep(Message):
     learning_rate: float
     samples: int = Field(ge=0)
     """This stage's own sample count for the step; the averaged gradient is divided by it."""
+    grad_scale: float = Field(gt=0, le=1)
+    """Clipping factor from the norm of the whole model's gradient; multiplies every gradient."""
 
 
 class StepCommitted(Message):

@@ -18,11 +18,20 @@ class AveragingRound:
     attempt: int
     group: frozenset[int]
     reports: dict[int, tuple[frozenset[int], frozenset[str]]] = field(default_factory=dict)
+    norms_sq: dict[int, float] = field(default_factory=dict)
 
-    def report(self, peer_id: int, attempt: int, contributors: list[int], counted: list[str]) -> None:
+    def report(
+        self, peer_id: int, attempt: int, contributors: list[int], counted: list[str], norm_sq: float = 0.0
+    ) -> None:
         if attempt != self.attempt or peer_id not in self.group:
             return
         self.reports[peer_id] = (frozenset(contributors), frozenset(counted))
+        self.norms_sq[peer_id] = norm_sq
+
+    def grad_sum_norm_sq(self) -> float:
+        """Squared norm of the stage's summed gradient. Members sum the same contributions, in
+        their own order, so their figures differ only by rounding; the mean is as good as any."""
+        return sum(self.norms_sq.values()) / len(self.norms_sq) if self.norms_sq else 0.0
 
     def complete(self) -> bool:
         return set(self.reports) == set(self.group) and all(c == self.group for c, _ in self.reports.values())

@@ -54,6 +54,10 @@ class StepBook:
     done: dict[str, Grant] = field(default_factory=dict)
     failed: dict[str, Grant] = field(default_factory=dict)
     losses: dict[str, float] = field(default_factory=dict)
+    wire_bytes: int = 0
+    """Data-plane bytes reported with finished microbatches."""
+    retries: int = 0
+    """Stage calls retried on another peer, over the finished microbatches."""
     _sequence: int = 0
 
     def __post_init__(self) -> None:
@@ -92,13 +96,15 @@ class StepBook:
         self.outstanding[grant.microbatch_id] = grant
         return grant
 
-    def complete(self, microbatch_id: str, loss: float) -> bool:
+    def complete(self, microbatch_id: str, loss: float, *, wire_bytes: int = 0, retries: int = 0) -> bool:
         """Record a finished microbatch; False if it is not outstanding (unknown, late or repeated)."""
         grant = self.outstanding.pop(microbatch_id, None)
         if grant is None:
             return False
         self.done[microbatch_id] = grant
         self.losses[microbatch_id] = loss
+        self.wire_bytes += wire_bytes
+        self.retries += retries
         return True
 
     def fail(self, microbatch_id: str) -> Grant | None:

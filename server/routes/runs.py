@@ -11,7 +11,17 @@ from server.auth import CurrentUser
 from server.deps import MAX_ID, FeedDep, RunId, SessionDep
 from server.frames import run_frame
 from server.publish import commit_and_publish
-from server.schemas import AssignmentOut, ErrorOut, EventOut, PeerOut, RunCreate, RunDetail, RunOut, StepOut
+from server.schemas import (
+    AssignmentOut,
+    ErrorOut,
+    EventOut,
+    MetricOut,
+    PeerOut,
+    RunCreate,
+    RunDetail,
+    RunOut,
+    StepOut,
+)
 from server.services import events, peers, runs, steps
 
 router = APIRouter(
@@ -79,6 +89,20 @@ def list_steps(
 ) -> list[StepOut]:
     runs.get_run_for(session, caller.user, run_id)
     return [StepOut.model_validate(s) for s in steps.list_steps(session, run_id, after=after, limit=limit)]
+
+
+@router.get("/{run_id}/metrics")
+def list_metrics(
+    run_id: RunId,
+    caller: CurrentUser,
+    session: SessionDep,
+    name: Annotated[str | None, Query(max_length=64)] = None,
+    after_step: Annotated[int, Query(ge=-1, le=MAX_ID, description="Only metrics of steps above this")] = -1,
+    limit: Limit = 100,
+) -> list[MetricOut]:
+    runs.get_run_for(session, caller.user, run_id)
+    rows = steps.list_metrics(session, run_id, name=name, after_step=after_step, limit=limit)
+    return [MetricOut.model_validate(m) for m in rows]
 
 
 @router.get("/{run_id}/peers")

@@ -65,3 +65,13 @@ def latest_loss(session: Session, run_id: int) -> float | None:
         .order_by(Step.step.desc())
         .limit(1)
     )
+
+
+def list_metrics(
+    session: Session, run_id: int, *, name: str | None = None, after_step: int = -1, limit: int = 100
+) -> list[Metric]:
+    """Per-step metrics of steps numbered above `after_step`, oldest first."""
+    query = sa.select(Metric).where(Metric.run_id == run_id, Metric.step > after_step)
+    if name is not None:
+        query = query.where(Metric.name == name)
+    return list(session.scalars(query.order_by(Metric.step, Metric.id).limit(limit)))
