@@ -194,6 +194,19 @@ class LocalSwarm:
             if len(batch) < 500:
                 return rows
 
+    def metrics(self, run_id: int, name: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        while True:
+            after = rows[-1]["step"] if rows else -1
+            page = self.client.get(
+                f"/api/runs/{run_id}/metrics", params={"name": name, "after_step": after, "limit": 1000}
+            )
+            page.raise_for_status()
+            batch = page.json()
+            rows.extend(batch)
+            if len(batch) < 1000:
+                return rows
+
     def run_detail(self, run_id: int) -> dict[str, Any]:
         response = self.client.get(f"/api/runs/{run_id}")
         response.raise_for_status()
