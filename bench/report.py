@@ -1,0 +1,82 @@
+"""What every benchmark does with its figures: print a table, write JSON (with the full config and
+versions) and a plot next to it, named <benchmark>_<hardware>_<date>."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def hardware_tag() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name().replace(" ", "-").lower()
+    except ImportError:
+        pass
+    cpus = len(__import__("os").sched_getaffinity(0))
+    return f"cpu{cpus}-{platform.machine()}"
+
+
+def environment() -> dict[str, Any]:
+    versions: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
+    for name in ("torch", "bitsandbytes", "fastapi", "sqlalchemy", "websockets"):
+        try:
+            versions[name] = __import__(name).__version__
+        except ImportError:
+            versions[name] = None
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        )
+        versions["commit"] = commit.stdout.strip() or None
+    except OSError:
+        versions["commit"] = None
+    return versions
+
+
+def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    def cell(value: Any) -> str:
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+    widths = [max(len(c), *(len(cell(r.get(c, ""))) for r in rows)) for c in columns]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(cell(row.get(c, "")).ljust(w) for c, w in zip(columns, widths, strict=True)))
+
+
+def write_results(
+    name: str,
+    *,
+    config: dict[str, Any],
+    rows: Sequence[dict[str, Any]],
+    plot: Callable[[Any], None] | None = None,
+    out_dir: Path = RESULTS_DIR,
+) -> Path:
+    """Write `<name>_<hardware>_<date>.json` (and `.png` via `plot(axes)`); returns the JSON path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{name}_{hardware_tag()}_{dt.date.today().isoformat()}"
+    path = out_dir / f"{stem}.json"
+    payload = {"benchmark": name, "config": config, "environment": environment(), "rows": list(rows)}
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    if plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(figsize=(7, 4))
+        plot(axes)
+        fig.tight_layout()
+        fig.savefig(out_dir / f"{stem}.png", dpi=100)
+        plt.close(fig)
+    return path
