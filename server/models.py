@@ -22,7 +22,7 @@ NAMING_CONVENTION = {
 USER_ROLES = ("owner", "admin")
 RUN_STATUSES = ("active", "paused", "archived", "finished")
 PEER_STATES = ("joining", "active", "lost", "left", "kicked", "banned")
-COMPRESSIONS = ("none", "int8")
+COMPRESSIONS = ("none", "float16", "int8")
 OPTIMIZERS = ("adamw", "sgd")
 
 

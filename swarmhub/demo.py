@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--microbatch-size", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=3e-3)
-    parser.add_argument("--compression", choices=["none", "int8"], default="none")
+    parser.add_argument("--compression", choices=["none", "float16", "int8"], default="none")
     parser.add_argument(
         "--port", type=int, default=0, help="coordinator port (default: 8000 with --keep-serving)"
     )

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 OptimizerName = Literal["adamw", "sgd"]
-CompressionName = Literal["none", "int8"]
+CompressionName = Literal["none", "float16", "int8"]
 DeviceName = Literal["cpu", "cuda"]
 
 

@@ -74,7 +74,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_runs"),
         sa.ForeignKeyConstraint(["owner_id"], ["users.id"], name="fk_runs_owner_id_users"),
         sa.CheckConstraint("status IN ('active', 'paused', 'archived', 'finished')", name="ck_runs_status"),
-        sa.CheckConstraint("compression IN ('none', 'int8')", name="ck_runs_compression"),
+        sa.CheckConstraint("compression IN ('none', 'float16', 'int8')", name="ck_runs_compression"),
         sa.CheckConstraint("optimizer IN ('adamw', 'sgd')", name="ck_runs_optimizer"),
     )
     op.create_index("ix_runs_owner_id", "runs", ["owner_id"])
