@@ -59,14 +59,13 @@ export function RunPage({ runId }: { runId: number }) {
   }
 
   const remaining = run.max_steps ? Math.max(0, run.max_steps - run.current_step) : null;
-  const eta =
-    remaining === null
-      ? "no step limit"
-      : remaining === 0
-        ? "done"
-        : state.stepRate
-          ? formatDuration(remaining / state.stepRate)
-          : "—";
+  const livePeers = state.peers.filter((p) => p.state === "active").length;
+  let eta: string;
+  if (remaining === null) eta = "no step limit";
+  else if (remaining === 0 || run.status === "finished") eta = "done";
+  else if (run.status !== "active") eta = run.status;
+  else if (livePeers === 0) eta = "waiting for peers";
+  else eta = state.stepRate ? formatDuration(remaining / state.stepRate) : "—";
   const lastRate = state.lastStep ? columns[2][columns[2].length - 1] : null;
 
   return (
@@ -124,7 +123,7 @@ export function RunPage({ runId }: { runId: number }) {
         <div className="stat">
           <span className="stat-label">Peers</span>
           <span className="stat-value" data-testid="peer-count">
-            {state.peers.filter((p) => p.state === "active").length}
+            {livePeers}
           </span>
         </div>
       </div>
