@@ -38,7 +38,7 @@ class GradientInbox:
         """Wait until every sender in `senders` has contributed to (step, attempt)."""
         async with self._changed:
             await self._changed.wait_for(lambda: senders <= set(self._received.get((step, attempt), {})))
-            got = self._received[(step, attempt)]
+            got = self._received.get((step, attempt), {})
             return {s: got[s] for s in senders}
 
     def drop_through(self, step: int) -> None:

@@ -12,7 +12,9 @@ import logging
 import socket
 import sys
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import torch
@@ -227,6 +229,20 @@ class PeerRuntime:
             if not isinstance(exc, PeerStopped):
                 log.error("peer task failed", exc_info=exc)
 
+    def _background(self, coro: Coroutine[Any, Any, None], what: str) -> asyncio.Task[None]:
+        """A task replaced by the next message of its kind; a failure is logged, not fatal."""
+        task = asyncio.ensure_future(coro)
+
+        def done(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                if isinstance(task.exception(), PeerStopped):
+                    self.stop(str(task.exception()))
+                else:
+                    log.error("%s failed", what, exc_info=task.exception())
+
+        task.add_done_callback(done)
+        return task
+
     def stop(self, reason: str) -> None:
         if not self.stopped.is_set():
             self.stop_reason = reason
@@ -251,7 +267,7 @@ class PeerRuntime:
             case StageAssignment():
                 if self._loading is not None:
                     self._loading.cancel()
-                self._loading = asyncio.ensure_future(self._load_stage(message))
+                self._loading = self._background(self._load_stage(message), "loading stage")
             case SwarmView():
                 assert self.trainer is not None
                 self.trainer.update_swarm(message.peers)
@@ -263,7 +279,7 @@ class PeerRuntime:
             case StepBarrier():
                 if self._averaging is not None:
                     self._averaging.cancel()
-                self._averaging = asyncio.ensure_future(self._average(message))
+                self._averaging = self._background(self._average(message), "averaging")
             case ApplyStep():
                 await self._apply(message)
             case StepCommitted():
@@ -342,6 +358,8 @@ class PeerRuntime:
             if assignment.state_source is not None:
                 await self._fetch_state(worker, assignment)
             self.server.worker = worker
+            # Rates measured on another stage say nothing about this one.
+            self.server.seconds_per_sample.clear()
         self.stage = assignment.stage
         self._say(f"serving stage {assignment.stage} from step {worker.step} ({assignment.reason})")
         await self.control.send(StageReady(stage=assignment.stage, step=worker.step))

@@ -29,6 +29,7 @@ from server.frames import peer_frame, run_frame, step_frame
 from server.metrics import Metrics
 from server.models import Peer, Run, StageAssignment, utcnow
 from server.policies.averaging import AveragingRound
+from server.policies.rebalance import PeerLoad, choose_move
 from server.policies.stage_choice import choose_stage
 from server.policies.step_book import StepBook
 from server.publish import commit_and_publish
@@ -68,7 +69,11 @@ T = TypeVar("T")
 
 WATCHDOG_INTERVAL_S = 0.5
 SYNC_INTERVAL_S = 2.0
-"""How often heartbeat figures are written to the database and swarm views re-sent."""
+"""How often heartbeat figures are written to the database, swarm views re-sent and the
+rebalancing policy consulted."""
+REBALANCE_MIN_INTERVAL_S = 6.0
+"""After a move, wait this long so the moved peer's rate on its new stage has been measured
+(a few heartbeats) before the next decision; an empty stage does not wait."""
 
 
 class PeerRejected(Exception):
@@ -115,6 +120,8 @@ class RunLive:
     rounds: dict[int, AveragingRound] = field(default_factory=dict)
     pending_apply: set[int] = field(default_factory=set)
     step_started: float = field(default_factory=time.monotonic)
+    rebalance: bool = True
+    last_move: float = 0.0
     links: dict[int, PeerLink] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -227,6 +234,7 @@ class LiveSwarm:
                 status=run_row.status,
                 data_key=run_row.data_key,
                 book=_new_book(run_row),
+                rebalance=run_row.rebalance,
             )
             self._runs[run_row.id] = run
         async with run.lock:
@@ -345,6 +353,7 @@ class LiveSwarm:
             await self._maybe_commit(run)
         else:
             await self._maybe_barrier(run)
+            await self._maybe_rebalance(run)
         run.broadcast(run.swarm_view())
 
     # ---- protocol -----------------------------------------------------------------------------
@@ -420,6 +429,7 @@ class LiveSwarm:
         if message.step == run.book.step and run.phase == "collecting":
             link.ready = True
             run.broadcast(run.swarm_view())
+            await self._maybe_rebalance(run)
         else:
             # It loaded state from before the step now being taken; it must copy again.
             await self._assign(run, link, message.stage, "state was behind; copying again")
@@ -528,6 +538,62 @@ class LiveSwarm:
         if finished:
             run.status = "finished"
             run.broadcast(RunStatusChanged(status="finished"))
+        else:
+            await self._maybe_rebalance(run)
+
+    async def _maybe_rebalance(self, run: RunLive) -> None:
+        """Move one peer toward the bottleneck stage if the policy finds a move worth making.
+
+        Only while microbatches are collected (a moved peer must not be in an averaging group),
+        and not while a peer is still loading a stage (a move in progress).
+        """
+        if not run.rebalance or run.status != "active" or run.phase != "collecting":
+            return
+        if any(link.stage is not None and not link.ready for link in run.links.values()):
+            return
+        ready = run.ready_links()
+        stage_empty = any(not any(link.stage == s for link in ready) for s in range(run.spec.num_stages))
+        if not stage_empty and time.monotonic() - run.last_move < REBALANCE_MIN_INTERVAL_S:
+            return
+        move = choose_move(
+            [
+                PeerLoad(
+                    peer_id=link.peer_id,
+                    stage=link.stage,
+                    throughput=link.throughput,
+                    queue_length=link.queue_length,
+                )
+                for link in ready
+                if link.stage is not None
+            ],
+            run.spec.num_stages,
+        )
+        if move is None:
+            return
+        run.last_move = time.monotonic()
+        link = run.links[move.peer_id]
+        run_id, step = run.spec.run_id, run.book.step
+
+        def store(session: Session) -> None:
+            record_event(
+                session,
+                run_id=run_id,
+                peer_id=move.peer_id,
+                kind="rebalance",
+                message=f"{link.name}: stage {move.from_stage} -> {move.to_stage}; {move.reason}",
+                data={
+                    "from_stage": move.from_stage,
+                    "to_stage": move.to_stage,
+                    "rate_before": move.rate_before,
+                    "rate_after_estimated": move.rate_after,
+                    "step": step,
+                },
+            )
+            commit_and_publish(session, self._feed)
+
+        await self._db(store)
+        await self._assign(run, link, move.to_stage, "rebalanced")
+        run.broadcast(run.swarm_view())
 
     # ---- outside requests ---------------------------------------------------------------------
 
@@ -598,5 +664,7 @@ class LiveSwarm:
             commit_and_publish(session, self._feed, *frames)
 
         await self._db(store)
-        for run in self._runs.values():
+        for run in list(self._runs.values()):
             run.broadcast(run.swarm_view())
+            async with run.lock:
+                await self._maybe_rebalance(run)

@@ -113,6 +113,8 @@ class Run(Base):
     compression: Mapped[str] = mapped_column(sa.String(16))
     max_steps: Mapped[int | None]
     seed: Mapped[int]
+    rebalance: Mapped[bool] = mapped_column(default=True)
+    """Move peers toward the bottleneck stage; off only to measure what rebalancing buys."""
     status: Mapped[str] = mapped_column(sa.String(16), default="active")
     current_step: Mapped[int] = mapped_column(default=0)
     next_sample: Mapped[int] = mapped_column(sa.BigInteger, default=0)
@@ -212,4 +214,21 @@ class Event(Base):
     kind: Mapped[str] = mapped_column(sa.String(32))
     message: Mapped[str] = mapped_column(sa.Text)
     data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Checkpoint(Base):
+    """One stage's saved state at one step; the file lives under settings.checkpoint_dir at `path`."""
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (sa.UniqueConstraint("run_id", "step", "stage"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int]
+    stage: Mapped[int]
+    path: Mapped[str] = mapped_column(sa.String(1000))
+    """Relative to the checkpoint directory: run-<id>/step-<n>/stage-<s>.safetensors."""
+    bytes: Mapped[int] = mapped_column(sa.BigInteger)
+    sha256: Mapped[str] = mapped_column(sa.String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -78,6 +78,8 @@ class RunCreate(Body):
     compression: CompressionName = "none"
     max_steps: int | None = Field(default=None, ge=1, le=100_000_000)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    rebalance: bool = True
+    """Move peers toward the bottleneck stage as measured throughputs change."""
 
     @model_validator(mode="after")
     def _consistent(self) -> RunCreate:
@@ -117,6 +119,7 @@ class RunOut(Out):
     compression: CompressionName
     max_steps: int | None
     seed: int
+    rebalance: bool
     status: RunStatus
     current_step: int
     created_at: datetime

@@ -65,6 +65,7 @@ def upgrade() -> None:
         sa.Column("compression", sa.String(16), nullable=False),
         sa.Column("max_steps", sa.Integer(), nullable=True),
         sa.Column("seed", sa.Integer(), nullable=False),
+        sa.Column("rebalance", sa.Boolean(), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("current_step", sa.Integer(), nullable=False),
         sa.Column("next_sample", sa.BigInteger(), nullable=False),
