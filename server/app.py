@@ -14,12 +14,13 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
+from server.checkpoints import CheckpointStore
 from server.db import make_engine, make_session_factory, upgrade_database
 from server.errors import install_error_handlers
 from server.feed import FeedHub
 from server.live import LiveSwarm
 from server.metrics import HttpMetricsMiddleware, Metrics
-from server.routes import auth, feed, peers, runs, system, tokens
+from server.routes import auth, checkpoints, feed, peers, runs, system, tokens
 from swarmhub.settings import ServerSettings
 
 REPO_FRONTEND = Path(__file__).resolve().parent.parent / "frontend" / "dist"
@@ -72,10 +73,11 @@ def create_app(
     app.state.settings = settings
     app.state.feed = FeedHub()
     app.state.metrics = Metrics()
+    app.state.checkpoints = CheckpointStore(settings.checkpoint_dir)
     install_error_handlers(app)
     app.add_middleware(HttpMetricsMiddleware, metrics=app.state.metrics)
 
-    for module in (system, auth, runs, tokens, peers, feed):
+    for module in (system, auth, runs, checkpoints, tokens, peers, feed):
         app.include_router(module.router)
     # The peers' control channel is written alongside; include it once it exists.
     if importlib.util.find_spec("server.peer_channel") is not None:

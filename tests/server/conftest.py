@@ -35,6 +35,7 @@ class RecordingLive:
     stopped: bool = False
     kicked: list[tuple[int, str]] = field(default_factory=list)
     status_changes: list[tuple[int, str]] = field(default_factory=list)
+    checkpoint_requests: list[int] = field(default_factory=list)
     connected: int = 0
 
     async def start(self) -> None:
@@ -51,6 +52,9 @@ class RecordingLive:
 
     async def run_status_changed(self, run_id: int, status: str) -> None:
         self.status_changes.append((run_id, status))
+
+    async def request_checkpoint(self, run_id: int) -> None:
+        self.checkpoint_requests.append(run_id)
 
 
 @dataclass
