@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import torch
@@ -352,17 +352,20 @@ class PeerRuntime:
         assert self.server is not None and self.registered is not None and self.control is not None
         run = self.registered.run
         worker = self.server.worker
+        origin: Literal["kept", "copied", "checkpoint", "initialized"] = "kept"
         if not (worker is not None and worker.stage == assignment.stage and worker.step == assignment.step):
             module = build_stage(config_for(run.model_preset), assignment.stage, run.num_stages, run.seed)
             worker = StageWorker(module, run, assignment.step, self.device)
+            origin = "initialized"
             if assignment.state_source is not None:
                 await self._fetch_state(worker, assignment)
+                origin = "copied"
             self.server.worker = worker
             # Rates measured on another stage say nothing about this one.
             self.server.seconds_per_sample.clear()
         self.stage = assignment.stage
         self._say(f"serving stage {assignment.stage} from step {worker.step} ({assignment.reason})")
-        await self.control.send(StageReady(stage=assignment.stage, step=worker.step))
+        await self.control.send(StageReady(stage=assignment.stage, step=worker.step, origin=origin))
 
     async def _fetch_state(self, worker: StageWorker, assignment: StageAssignment) -> None:
         assert self.pool is not None and self.registered is not None and assignment.state_source is not None

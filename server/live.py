@@ -291,15 +291,6 @@ class LiveSwarm:
                 message=f"{peer.name} serves stage {stage} ({reason})",
                 data={"stage": stage, "step": step},
             )
-            if not sources and step > 0:
-                record_event(
-                    session,
-                    run_id=run.spec.run_id,
-                    peer_id=peer.id,
-                    kind="stage_reinitialized",
-                    message=f"stage {stage} had no live peer to copy from; {peer.name} starts it afresh",
-                    data={"stage": stage, "step": step},
-                )
             commit_and_publish(session, self._feed, (run.spec.run_id, peer_frame(peer)))
 
         await self._db(store)
@@ -428,6 +419,18 @@ class LiveSwarm:
             return
         if message.step == run.book.step and run.phase == "collecting":
             link.ready = True
+            if message.origin == "initialized" and message.step > 0:
+                await self._db(
+                    lambda session: self._record(
+                        session,
+                        run,
+                        kind="stage_reinitialized",
+                        peer_id=link.peer_id,
+                        message=f"stage {message.stage} had no live peer or checkpoint to copy from at step "
+                        f"{message.step}; {link.name} starts it from a fresh initialization",
+                        data={"stage": message.stage, "step": message.step},
+                    )
+                )
             run.broadcast(run.swarm_view())
             await self._maybe_rebalance(run)
         else:
@@ -541,6 +544,19 @@ class LiveSwarm:
         else:
             await self._maybe_rebalance(run)
 
+    def _record(
+        self,
+        session: Session,
+        run: RunLive,
+        *,
+        kind: str,
+        message: str,
+        peer_id: int | None,
+        data: dict[str, Any],
+    ) -> None:
+        record_event(session, run_id=run.spec.run_id, peer_id=peer_id, kind=kind, message=message, data=data)
+        commit_and_publish(session, self._feed)
+
     async def _maybe_rebalance(self, run: RunLive) -> None:
         """Move one peer toward the bottleneck stage if the policy finds a move worth making.
 
@@ -572,26 +588,23 @@ class LiveSwarm:
             return
         run.last_move = time.monotonic()
         link = run.links[move.peer_id]
-        run_id, step = run.spec.run_id, run.book.step
 
-        def store(session: Session) -> None:
-            record_event(
+        await self._db(
+            lambda session: self._record(
                 session,
-                run_id=run_id,
-                peer_id=move.peer_id,
+                run,
                 kind="rebalance",
+                peer_id=move.peer_id,
                 message=f"{link.name}: stage {move.from_stage} -> {move.to_stage}; {move.reason}",
                 data={
                     "from_stage": move.from_stage,
                     "to_stage": move.to_stage,
                     "rate_before": move.rate_before,
                     "rate_after_estimated": move.rate_after,
-                    "step": step,
+                    "step": run.book.step,
                 },
             )
-            commit_and_publish(session, self._feed)
-
-        await self._db(store)
+        )
         await self._assign(run, link, move.to_stage, "rebalanced")
         run.broadcast(run.swarm_view())
 

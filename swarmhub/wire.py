@@ -127,6 +127,9 @@ class StageReady(Message):
     type: Literal["stage_ready"] = "stage_ready"
     stage: int
     step: int
+    origin: Literal["kept", "copied", "checkpoint", "initialized"]
+    """Where its parameters came from: its own (a rejoin), a live peer, a checkpoint, or a fresh
+    initialization (at step 0 the normal start; later it means the stage's training was lost)."""
 
 
 class Goodbye(Message):
