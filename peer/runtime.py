@@ -24,6 +24,7 @@ from swarmhub.settings import PeerSettings
 from swarmhub.wire import (
     ApplyStep,
     AveragingDone,
+    CheckpointRequest,
     CoordinatorToPeerMessage,
     Goodbye,
     Heartbeat,
@@ -49,6 +50,7 @@ from swarmhub.wire import (
 
 from .averaging import Contribution
 from .benchmark import measure_block_throughput
+from .checkpoint_client import CheckpointError, download_stage_checkpoint, upload_stage_checkpoint
 from .control import ControlChannel, control_url
 from .data import SampleSource, load_corpus
 from .frames import decode_frame, encode_frame, make_credential
@@ -63,6 +65,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_INTERVAL_S = 1.0
 AVERAGING_TIMEOUT_S = 120.0
 STATE_FETCH_TIMEOUT_S = 120.0
+UPLOAD_GRACE_S = 120.0
 
 
 class PeerStopped(Exception):
@@ -120,6 +123,8 @@ class PeerRuntime:
         self._averaging: asyncio.Task[None] | None = None
         self._loading: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[object]] = set()
+        self._uploads: set[asyncio.Task[None]] = set()
+        self._http = httpx.AsyncClient(timeout=120)
 
     # ---- start-up ---------------------------------------------------------------------------
 
@@ -179,6 +184,9 @@ class PeerRuntime:
             self._spawn(self.trainer.run_forever())
         try:
             await self.stopped.wait()
+            if self._uploads:
+                # A finishing run asked for its final checkpoint just before saying it finished.
+                await asyncio.wait(self._uploads, timeout=UPLOAD_GRACE_S)
         finally:
             await self.control.send(Goodbye())
             await self.control.close()
@@ -187,6 +195,7 @@ class PeerRuntime:
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await frame_server.stop()
             await self.pool.close()
+            await self._http.aclose()
             self.server.close()
         return self.stop_reason
 
@@ -295,6 +304,10 @@ class PeerRuntime:
                     )
                 )
                 self.trainer.work_available.set()
+            case CheckpointRequest():
+                task = self._background(self._upload_checkpoint(message), "checkpoint upload")
+                self._uploads.add(task)
+                task.add_done_callback(self._uploads.discard)
             case RunStatusChanged():
                 if message.status in ("finished", "archived"):
                     self._say(f"run is {message.status}; leaving")
@@ -360,6 +373,23 @@ class PeerRuntime:
             if assignment.state_source is not None:
                 await self._fetch_state(worker, assignment)
                 origin = "copied"
+            elif assignment.checkpoint_step is not None:
+                try:
+                    state, _ = await download_stage_checkpoint(
+                        self._http,
+                        self.coordinator_url,
+                        run.run_id,
+                        assignment.checkpoint_step,
+                        assignment.stage,
+                        self.registered.peer_id,
+                        self.registered.credential,
+                    )
+                except (CheckpointError, httpx.HTTPError) as exc:
+                    log.error("could not load the stage checkpoint, starting the stage afresh: %s", exc)
+                else:
+                    # The checkpoint's parameters, serving the step the run is on now.
+                    await self.server.compute(lambda: worker.import_state(state, assignment.step))
+                    origin = "checkpoint"
             self.server.worker = worker
             # Rates measured on another stage say nothing about this one.
             self.server.seconds_per_sample.clear()
@@ -390,6 +420,31 @@ class PeerRuntime:
         if not isinstance(step, int):
             raise PeerStopped("stage state arrived without its step")
         worker.import_state(tensors, step)
+
+    async def _upload_checkpoint(self, request: CheckpointRequest) -> None:
+        assert self.server is not None and self.registered is not None
+        worker = self.server.worker
+        if worker is None or worker.stage != request.stage or worker.step != request.step:
+            log.warning(
+                "checkpoint of stage %d step %d asked, but this peer is elsewhere",
+                request.stage,
+                request.step,
+            )
+            return
+        state = await self.server.compute(worker.export_state)
+        run = self.registered.run
+        await upload_stage_checkpoint(
+            self._http,
+            self.coordinator_url,
+            run.run_id,
+            request.step,
+            request.stage,
+            self.registered.peer_id,
+            self.registered.credential,
+            state,
+            {"model_preset": run.model_preset, "num_stages": str(run.num_stages)},
+        )
+        self._say(f"uploaded checkpoint of stage {request.stage} at step {request.step}")
 
     # ---- global steps ------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from server.errors import NotFound
 from server.feed import FeedHub
 from server.frames import peer_frame, run_frame, step_frame
 from server.metrics import Metrics
@@ -33,6 +34,7 @@ from server.policies.rebalance import PeerLoad, choose_move
 from server.policies.stage_choice import choose_stage
 from server.policies.step_book import StepBook
 from server.publish import commit_and_publish
+from server.services import checkpoints
 from server.services.events import record_event
 from server.services.peers import authenticate_peer
 from server.services.runs import run_spec
@@ -42,6 +44,7 @@ from swarmhub.settings import ServerSettings
 from swarmhub.wire import (
     ApplyStep,
     AveragingDone,
+    CheckpointRequest,
     Goodbye,
     Heartbeat,
     Hello,
@@ -122,6 +125,8 @@ class RunLive:
     step_started: float = field(default_factory=time.monotonic)
     rebalance: bool = True
     last_move: float = 0.0
+    checkpoint_wanted: bool = False
+    """An owner asked for a checkpoint; it is taken at the next step boundary."""
     links: dict[int, PeerLink] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -274,6 +279,11 @@ class LiveSwarm:
         link.ready = False
         sources = sorted(run.ready_links(stage), key=lambda other: -other.throughput)
         step = run.book.step
+        checkpoint_step = (
+            None
+            if sources or step == 0
+            else await self._db(lambda session: self._latest_checkpoint(session, run.spec.run_id))
+        )
 
         def store(session: Session) -> None:
             peer = session.get_one(Peer, link.peer_id)
@@ -296,7 +306,11 @@ class LiveSwarm:
         await self._db(store)
         link.push(
             StageAssignmentMessage(
-                stage=stage, step=step, reason=reason, state_source=sources[0].endpoint() if sources else None
+                stage=stage,
+                step=step,
+                reason=reason,
+                state_source=sources[0].endpoint() if sources else None,
+                checkpoint_step=checkpoint_step,
             )
         )
 
@@ -419,7 +433,18 @@ class LiveSwarm:
             return
         if message.step == run.book.step and run.phase == "collecting":
             link.ready = True
-            if message.origin == "initialized" and message.step > 0:
+            if message.origin == "checkpoint":
+                await self._db(
+                    lambda session: self._record(
+                        session,
+                        run,
+                        kind="stage_restored",
+                        peer_id=link.peer_id,
+                        message=f"{link.name} restored stage {message.stage} from the latest checkpoint",
+                        data={"stage": message.stage, "step": message.step},
+                    )
+                )
+            elif message.origin == "initialized" and message.step > 0:
                 await self._db(
                     lambda session: self._record(
                         session,
@@ -538,11 +563,20 @@ class LiveSwarm:
         run.rounds = {}
         run.step_started = time.monotonic()
         run.broadcast(StepCommitted(step=book.step, loss=summary.loss, next_step=run.book.step))
+        if finished or run.checkpoint_wanted or run.book.step % self._settings.checkpoint_every_steps == 0:
+            self._request_checkpoint(run)
         if finished:
             run.status = "finished"
             run.broadcast(RunStatusChanged(status="finished"))
         else:
             await self._maybe_rebalance(run)
+
+    @staticmethod
+    def _latest_checkpoint(session: Session, run_id: int) -> int | None:
+        try:
+            return checkpoints.latest_complete(session, session.get_one(Run, run_id)).step
+        except NotFound:
+            return None
 
     def _record(
         self,
@@ -608,6 +642,14 @@ class LiveSwarm:
         await self._assign(run, link, move.to_stage, "rebalanced")
         run.broadcast(run.swarm_view())
 
+    def _request_checkpoint(self, run: RunLive) -> None:
+        """Ask the fastest ready peer of each stage to upload its state as of the step just opened."""
+        run.checkpoint_wanted = False
+        for stage in range(run.spec.num_stages):
+            holders = sorted(run.ready_links(stage), key=lambda link: -link.throughput)
+            if holders:
+                holders[0].push(CheckpointRequest(step=run.book.step, stage=stage))
+
     # ---- outside requests ---------------------------------------------------------------------
 
     async def kick_peer(self, peer_id: int, reason: str) -> None:
@@ -620,6 +662,17 @@ class LiveSwarm:
                 async with run.lock:
                     if run.links.get(peer_id) is link:
                         await self._forget_link(run, link)
+
+    async def request_checkpoint(self, run_id: int) -> None:
+        """An owner asked for a checkpoint: taken at the next step boundary, or now if between steps."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        async with run.lock:
+            if run.status != "active":
+                self._request_checkpoint(run)
+            else:
+                run.checkpoint_wanted = True
 
     async def run_status_changed(self, run_id: int, status: str) -> None:
         """A run was paused, resumed or archived; tell its peers."""

@@ -22,6 +22,8 @@ class ServerSettings(BaseSettings):
     """A peer whose heartbeats stop for this long is marked lost."""
     checkpoint_dir: Path = Path("var/checkpoints")
     """Where stage checkpoints uploaded by peers are stored."""
+    checkpoint_every_steps: int = Field(default=20, ge=1)
+    """A stage checkpoint is taken every this many steps (and on request, and when a run finishes)."""
     checkpoint_keep: int = Field(default=3, ge=1)
     """How many of a run's newest complete checkpoint steps to keep; older steps' files are deleted."""
     frontend_dir: Path | None = None

@@ -232,6 +232,14 @@ class StepCommitted(Message):
     next_step: int
 
 
+class CheckpointRequest(Message):
+    """Upload this stage's state as of the start of `step` to the coordinator's checkpoint store."""
+
+    type: Literal["checkpoint_request"] = "checkpoint_request"
+    step: int
+    stage: int
+
+
 class RunStatusChanged(Message):
     type: Literal["run_status"] = "run_status"
     status: str
@@ -253,6 +261,7 @@ CoordinatorToPeerMessage = Annotated[
     | StepBarrier
     | ApplyStep
     | StepCommitted
+    | CheckpointRequest
     | RunStatusChanged
     | Kicked,
     Field(discriminator="type"),
