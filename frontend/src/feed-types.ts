@@ -7,7 +7,7 @@
 export type RunStatus = "active" | "paused" | "archived" | "finished";
 export type PeerState = "joining" | "active" | "lost" | "left" | "kicked" | "banned";
 export type Optimizer = "adamw" | "sgd";
-export type Compression = "none" | "int8";
+export type Compression = "none" | "float16" | "int8";
 
 export interface RunOut {
   id: number;
@@ -26,6 +26,7 @@ export interface RunOut {
   compression: Compression;
   max_steps: number | null;
   seed: number;
+  rebalance: boolean;
   status: RunStatus;
   current_step: number;
   created_at: string;

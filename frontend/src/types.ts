@@ -28,6 +28,7 @@ export interface RunCreate {
   compression: Compression;
   max_steps: number | null;
   seed: number;
+  rebalance: boolean;
 }
 
 export interface TokenOut {

@@ -21,6 +21,7 @@ export const DEFAULT_FORM: RunForm = {
   compression: "none",
   max_steps: "1000",
   seed: "0",
+  rebalance: "true",
 };
 
 function integer(value: string): number | null {
@@ -80,8 +81,7 @@ export function validateRunForm(
   if (form.max_steps.trim() !== "") maxSteps = int("max_steps", 1);
 
   if (form.optimizer !== "adamw" && form.optimizer !== "sgd") errors.optimizer = "Choose an optimizer.";
-  if (form.compression !== "none" && form.compression !== "int8")
-    errors.compression = "Choose a compression.";
+  if (!["none", "float16", "int8"].includes(form.compression)) errors.compression = "Choose a compression.";
 
   if (Object.keys(errors).length > 0) return { body: null, errors };
   return {
@@ -101,6 +101,7 @@ export function validateRunForm(
       compression: form.compression as RunCreate["compression"],
       max_steps: maxSteps,
       seed,
+      rebalance: form.rebalance === "true",
     },
   };
 }

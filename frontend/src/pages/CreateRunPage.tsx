@@ -174,7 +174,19 @@ export function CreateRunPage() {
             onChange={(e) => set("compression", e.target.value)}
           >
             <option value="none">none (exact)</option>
+            <option value="float16">float16</option>
             <option value="int8">int8 (blockwise 8-bit)</option>
+          </select>
+        </Field>
+        <Field name="rebalance" label="Rebalancing" errors={errors} hint="move peers toward the bottleneck stage">
+          <select
+            id="f-rebalance"
+            name="rebalance"
+            value={form.rebalance}
+            onChange={(e) => set("rebalance", e.target.value)}
+          >
+            <option value="true">on</option>
+            <option value="false">off</option>
           </select>
         </Field>
         <Field name="max_steps" label="Max steps" errors={errors} hint="empty: run until stopped">
