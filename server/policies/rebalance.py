@@ -7,10 +7,12 @@ relative to its own stage's peers (mean throughput there / mean throughput here)
 that stages differ in cost (the last one carries the vocabulary head) while keeping the peer's
 own speed. An empty stage has no information, so a peer is assumed to keep its rate there.
 
-Decision. Only a move that raises the pipeline's rate by more than `min_gain` is made, and
-never one that empties a stage; among equally good moves the peer with the shortest queue (least
-work it would abandon) and then the lowest id goes, so the choice is deterministic. One move per
-decision: the moved peer's new rate is measured before the next one is chosen.
+Decision. Only a move that raises the pipeline's rate by more than `min_gain` is made, or one
+that gives an empty stage its first peer (with two stages empty, filling one leaves the rate at
+0, yet it is the only way out of the stall), and never one that empties a stage; among equally
+good moves the peer with the shortest queue (least work it would abandon) and then the lowest id
+goes, so the choice is deterministic. One move per decision: the moved peer's new rate is
+measured before the next one is chosen.
 """
 
 from __future__ import annotations
@@ -37,9 +39,16 @@ class Move:
     to_stage: int
     rate_before: float
     rate_after: float
+    fills_empty: bool = False
+    """The target stage had no peer at all."""
 
     @property
     def reason(self) -> str:
+        if self.fills_empty:
+            return (
+                f"stage {self.to_stage} had no peer: pipeline rate {self.rate_before:.1f} -> "
+                f"{self.rate_after:.1f} samples/s (estimated) by moving a peer from stage {self.from_stage}"
+            )
         return (
             f"stage {self.to_stage} was the bottleneck: pipeline rate {self.rate_before:.1f} -> "
             f"{self.rate_after:.1f} samples/s (estimated) by moving a peer from stage {self.from_stage}"
@@ -68,9 +77,11 @@ def choose_move(
         counts[peer.stage] += 1
     means = [capacities[s] / counts[s] if counts[s] else 0.0 for s in range(num_stages)]
     rate = min(capacities)
-    bottleneck = min(range(num_stages), key=lambda s: (capacities[s], s))
+    # An empty stage comes first, even before a stage whose peers report no throughput yet.
+    bottleneck = min(range(num_stages), key=lambda s: (counts[s] > 0, capacities[s], s))
+    fills_empty = counts[bottleneck] == 0
 
-    best: tuple[float, int, int, PeerLoad] | None = None
+    best: tuple[tuple[float, float, int, int], float, PeerLoad] | None = None
     for peer in peers:
         if peer.stage == bottleneck or counts[peer.stage] < 2:
             continue
@@ -79,14 +90,16 @@ def choose_move(
         after[peer.stage] -= peer.throughput
         after[bottleneck] += peer.throughput * scale
         new_rate = min(after)
-        key = (-new_rate, peer.queue_length, peer.peer_id)
-        if best is None or key < (-best[0], best[1], best[2]):
-            best = (new_rate, peer.queue_length, peer.peer_id, peer)
+        # While other stages are still empty every candidate leaves the rate at 0: prefer the one
+        # that leaves the occupied stages strongest.
+        occupied = min(c for s, c in enumerate(after) if counts[s] or s == bottleneck)
+        key = (-new_rate, -occupied, peer.queue_length, peer.peer_id)
+        if best is None or key < best[0]:
+            best = (key, new_rate, peer)
     if best is None:
         return None
-    new_rate, _, _, peer = best
-    gained = new_rate > rate * (1 + min_gain) if rate > 0 else new_rate > 0
-    if not gained:
+    _, new_rate, peer = best
+    if not fills_empty and not (new_rate > rate * (1 + min_gain) if rate > 0 else new_rate > 0):
         return None
     return Move(
         peer_id=peer.peer_id,
@@ -94,4 +107,5 @@ def choose_move(
         to_stage=bottleneck,
         rate_before=rate,
         rate_after=new_rate,
+        fills_empty=fills_empty,
     )

@@ -1,0 +1,311 @@
+"""choose_move / stage_capacities: which peer, if any, the coordinator moves to which stage."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server.policies.rebalance import DEFAULT_MIN_GAIN, Move, PeerLoad, choose_move, stage_capacities
+
+
+def loads(*stages: list[float] | list[tuple[float, int]]) -> list[PeerLoad]:
+    """Peers numbered 1, 2, ... in order; each stage lists throughputs or (throughput, queue)."""
+    peers = []
+    for stage, members in enumerate(stages):
+        for member in members:
+            throughput, queue = member if isinstance(member, tuple) else (member, 0)
+            peers.append(
+                PeerLoad(peer_id=len(peers) + 1, stage=stage, throughput=throughput, queue_length=queue)
+            )
+    return peers
+
+
+# ---- stage_capacities ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stages", "num_stages", "expected"),
+    [
+        pytest.param([[1.0, 2.0], [3.0]], 2, [3.0, 3.0], id="sums per stage"),
+        pytest.param([[5.0], []], 2, [5.0, 0.0], id="empty stage is zero"),
+        pytest.param([[], [], []], 3, [0.0, 0.0, 0.0], id="no peers"),
+        pytest.param([[1.5, 2.5, 4.0]], 1, [8.0], id="single stage"),
+    ],
+)
+def test_stage_capacities(stages: list[list[float]], num_stages: int, expected: list[float]) -> None:
+    assert stage_capacities(loads(*stages), num_stages) == pytest.approx(expected)
+
+
+# ---- choose_move: tables ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stages", "expected"),
+    [
+        # An empty stage stalls the pipeline: it gets a peer from a stage that has two or more.
+        pytest.param([[10.0, 10.0], []], (1, 0, 1), id="empty last stage"),
+        pytest.param([[], [10.0, 10.0]], (1, 1, 0), id="empty first stage"),
+        pytest.param([[10.0, 10.0, 10.0, 10.0], []], (1, 0, 1), id="four on one stage"),
+        pytest.param([[10.0], [10.0, 10.0], []], (2, 1, 2), id="donor is the stage with two"),
+        pytest.param([[10.0, 10.0, 10.0, 10.0], [], []], (1, 0, 1), id="two empty stages, lower first"),
+        pytest.param([[], [10.0, 10.0, 10.0], []], (1, 1, 0), id="two empty stages around the donor"),
+        # The moved peer is the one whose move raises the rate most, not simply the fastest.
+        pytest.param([[40.0, 10.0, 10.0], [5.0]], (1, 0, 1), id="fastest peer gives the best rate"),
+        pytest.param([[100.0, 10.0, 10.0], [50.0]], (2, 0, 1), id="a slow peer gives the best rate"),
+        pytest.param([[10.0, 10.0], [10.0, 10.0], [1.0, 1.0]], (1, 0, 2), id="three stages, from the first"),
+        pytest.param([[10.0], [10.0, 10.0], [1.0, 1.0]], (2, 1, 2), id="three stages, from the one with two"),
+    ],
+)
+def test_move(stages: list[list[float]], expected: tuple[int, int, int]) -> None:
+    move = choose_move(loads(*stages), len(stages))
+    assert move is not None
+    assert (move.peer_id, move.from_stage, move.to_stage) == expected
+
+
+@pytest.mark.parametrize(
+    "stages",
+    [
+        pytest.param([[10.0], [10.0]], id="balanced, one each"),
+        pytest.param([[10.0, 10.0], [10.0, 10.0]], id="balanced, two each"),
+        pytest.param([[10.0, 10.0], [10.0, 10.0], [10.0, 10.0]], id="balanced, three stages"),
+        # Never empty a stage, however lopsided.
+        pytest.param([[100.0], [1.0]], id="donor has a single peer"),
+        pytest.param([[100.0], []], id="only peer cannot fill the empty stage"),
+        pytest.param([[100.0], [1.0], [100.0]], id="every donor has a single peer"),
+        # Moving would make the donor the new, worse bottleneck.
+        pytest.param([[10.0, 10.0], [15.0]], id="move would lower the rate"),
+        pytest.param([[10.0, 1.0], [10.0]], id="moving the slow one gains too little"),
+        pytest.param([], id="no peers at all"),
+    ],
+)
+def test_no_move(stages: list[list[float]]) -> None:
+    num_stages = max(len(stages), 2)
+    assert choose_move(loads(*stages), num_stages) is None
+
+
+def test_single_stage_run_never_moves() -> None:
+    assert choose_move(loads([1.0, 100.0, 3.0]), 1) is None
+    assert choose_move([], 1) is None
+
+
+@pytest.mark.parametrize("stage", [-1, 2, 7])
+def test_peer_on_a_stage_the_run_does_not_have(stage: int) -> None:
+    peers = [*loads([10.0, 10.0], [10.0]), PeerLoad(peer_id=99, stage=stage, throughput=1.0)]
+    with pytest.raises(ValueError, match="99"):
+        choose_move(peers, 2)
+
+
+# ---- hysteresis ------------------------------------------------------------------------------
+# Stage 0: peers 1 (t) and 2 (19); stage 1: peer 3 (10). Moving peer 1 scales its rate by the
+# stages' mean ratio 10 / ((t + 19) / 2), so stage 1 becomes 10 + 20 t / (t + 19) and stage 0
+# keeps 19: with t = 1 that is exactly 11, a 10% gain on the rate of 10.
+
+
+def test_gain_of_exactly_min_gain_does_not_move() -> None:
+    assert choose_move(loads([1.0, 19.0], [10.0]), 2) is None
+    assert choose_move(loads([1.0, 19.0], [10.0]), 2, min_gain=0.1) is None
+
+
+def test_gain_just_above_min_gain_moves() -> None:
+    move = choose_move(loads([1.1, 19.0], [10.0]), 2)
+    assert move is not None
+    assert (move.peer_id, move.from_stage, move.to_stage) == (1, 0, 1)
+    assert move.rate_before == pytest.approx(10.0)
+    assert move.rate_after == pytest.approx(10.0 + 20 * 1.1 / 20.1)
+    assert move.rate_after > 11.0
+
+
+def test_min_gain_is_configurable() -> None:
+    # The same 10% gain moves when 5% is enough, and a 50% threshold stops a 9.4% one.
+    move = choose_move(loads([1.0, 19.0], [10.0]), 2, min_gain=0.05)
+    assert move is not None and move.peer_id == 1
+    assert choose_move(loads([1.1, 19.0], [10.0]), 2, min_gain=0.5) is None
+    assert choose_move(loads([1.0, 19.0], [10.0]), 2, min_gain=0.0) is not None
+    assert DEFAULT_MIN_GAIN == 0.10
+
+
+# ---- the estimated rates ---------------------------------------------------------------------
+
+
+def test_rate_after_scales_by_the_stage_cost() -> None:
+    # Stage 1's peers are four times slower (an expensive stage): a 20/s peer of stage 0 is
+    # expected to do 5/s there, so the pipeline goes from 5 to 10, not to 25.
+    move = choose_move(loads([20.0, 20.0, 20.0], [5.0]), 2)
+    assert move is not None
+    assert (move.from_stage, move.to_stage) == (0, 1)
+    assert move.rate_before == pytest.approx(5.0)
+    assert move.rate_after == pytest.approx(10.0)
+
+
+def test_rate_after_scales_up_toward_a_cheaper_stage() -> None:
+    # Stage 1's peers are twice as fast per peer: a 10/s peer is expected to do 20/s there, so
+    # the pipeline goes from 20 to min(50, 40) = 40 (unscaled it would be 30).
+    move = choose_move(loads([10.0] * 6, [20.0]), 2)
+    assert move is not None
+    assert move.rate_before == pytest.approx(20.0)
+    assert move.rate_after == pytest.approx(40.0)
+
+
+def test_empty_stage_keeps_the_peers_own_rate() -> None:
+    move = choose_move(loads([30.0, 10.0], []), 2)
+    assert move is not None
+    assert move.rate_before == 0.0
+    # Moving the 10/s peer leaves 30 behind: rate 10; moving the 30/s one leaves 10: also 10.
+    # Equal rates: the lower id (peer 1) goes.
+    assert move.peer_id == 1
+    assert move.rate_after == pytest.approx(10.0)
+
+
+# ---- ties ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stage0", "expected_peer"),
+    [
+        pytest.param([(10.0, 3), (10.0, 1), (10.0, 2)], 2, id="shortest queue"),
+        pytest.param([(10.0, 0), (10.0, 0), (10.0, 0)], 1, id="equal queues, lowest id"),
+        pytest.param([(10.0, 5), (10.0, 2), (10.0, 2)], 2, id="equal shortest queues, lower id"),
+        # A better rate beats a shorter queue.
+        pytest.param([(10.0, 0), (10.0, 0), (40.0, 9)], 3, id="rate before queue"),
+    ],
+)
+def test_ties(stage0: list[tuple[float, int]], expected_peer: int) -> None:
+    move = choose_move(loads(stage0, [(2.0, 0)]), 2)
+    assert move is not None
+    assert move.peer_id == expected_peer
+
+
+def test_ties_across_donor_stages() -> None:
+    # Stages 0 and 2 each offer an equally good peer; the queue decides, then the id.
+    peers = loads([(10.0, 4), (10.0, 4)], [(1.0, 0)], [(10.0, 1), (10.0, 1)])
+    move = choose_move(peers, 3)
+    assert move is not None and (move.peer_id, move.from_stage) == (4, 2)
+    peers = loads([(10.0, 1), (10.0, 1)], [(1.0, 0)], [(10.0, 1), (10.0, 1)])
+    move = choose_move(peers, 3)
+    assert move is not None and (move.peer_id, move.from_stage) == (1, 0)
+
+
+def test_choice_does_not_depend_on_input_order() -> None:
+    peers = loads([(10.0, 2), (10.0, 1), (10.0, 1)], [(1.0, 0)])
+    assert choose_move(peers, 2) == choose_move(list(reversed(peers)), 2)
+
+
+def test_reason_names_stages_and_rates() -> None:
+    move = Move(peer_id=4, from_stage=0, to_stage=1, rate_before=5.0, rate_after=10.0)
+    assert "stage 1" in move.reason and "stage 0" in move.reason
+    assert "5.0" in move.reason and "10.0" in move.reason
+    chosen = choose_move(loads([20.0, 20.0, 20.0], [5.0]), 2)
+    assert chosen is not None
+    assert "stage 1" in chosen.reason and "stage 0" in chosen.reason
+    assert "5.0" in chosen.reason and "10.0" in chosen.reason
+
+
+# ---- properties ------------------------------------------------------------------------------
+
+throughputs = st.floats(min_value=0.1, max_value=1000.0, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def swarms(draw: st.DrawFn) -> tuple[list[PeerLoad], int]:
+    num_stages = draw(st.integers(min_value=2, max_value=4))
+    count = draw(st.integers(min_value=1, max_value=10))
+    peers = [
+        PeerLoad(
+            peer_id=i,
+            stage=draw(st.integers(min_value=0, max_value=num_stages - 1)),
+            throughput=draw(throughputs),
+            queue_length=draw(st.integers(min_value=0, max_value=5)),
+        )
+        for i in range(count)
+    ]
+    return peers, num_stages
+
+
+def apply_move(peers: list[PeerLoad], move: Move, num_stages: int) -> list[PeerLoad]:
+    """The swarm after `move`, if the policy's estimate of the moved peer's new rate is the truth."""
+    members = [[p for p in peers if p.stage == s] for s in range(num_stages)]
+
+    def mean(stage: int) -> float:
+        return sum(p.throughput for p in members[stage]) / len(members[stage])
+
+    moved = next(p for p in peers if p.peer_id == move.peer_id)
+    scale = mean(move.to_stage) / mean(move.from_stage) if members[move.to_stage] else 1.0
+    return [
+        p
+        if p.peer_id != move.peer_id
+        else PeerLoad(
+            peer_id=p.peer_id, stage=move.to_stage, throughput=moved.throughput * scale, queue_length=0
+        )
+        for p in peers
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(swarms())
+def test_a_move_is_worth_it_and_never_empties_a_stage(swarm: tuple[list[PeerLoad], int]) -> None:
+    peers, num_stages = swarm
+    move = choose_move(peers, num_stages)
+    if move is None:
+        return
+    capacities = stage_capacities(peers, num_stages)
+    assert move.rate_before == pytest.approx(min(capacities))
+    assert move.rate_after > move.rate_before * (1 + DEFAULT_MIN_GAIN) or move.rate_before == 0
+    assert move.from_stage != move.to_stage
+    moved = next(p for p in peers if p.peer_id == move.peer_id)
+    assert moved.stage == move.from_stage
+    assert sum(1 for p in peers if p.stage == move.from_stage) >= 2, "the source stage keeps a peer"
+    after = apply_move(peers, move, num_stages)
+    assert min(stage_capacities(after, num_stages)) == pytest.approx(move.rate_after)
+
+
+@settings(max_examples=300, deadline=None)
+@given(swarms())
+def test_repeated_moves_settle(swarm: tuple[list[PeerLoad], int]) -> None:
+    """Moves taken as the truth never bounce a peer back and forth: the policy goes quiet."""
+    peers, num_stages = swarm
+    occupied = sum(1 for s in range(num_stages) if any(p.stage == s for p in peers))
+    seen = {tuple(sorted((p.peer_id, p.stage) for p in peers))}
+    for _ in range(50):
+        move = choose_move(peers, num_stages)
+        if move is None:
+            break
+        peers = apply_move(peers, move, num_stages)
+        now = sum(1 for s in range(num_stages) if any(p.stage == s for p in peers))
+        assert now >= occupied, "a move emptied a stage"
+        occupied = now
+        placement = tuple(sorted((p.peer_id, p.stage) for p in peers))
+        assert placement not in seen or move.rate_before == 0, f"oscillation back to {placement}"
+        seen.add(placement)
+    else:
+        pytest.fail("still moving after 50 moves")
+
+
+@settings(max_examples=200, deadline=None)
+@given(swarms())
+def test_empty_stage_is_filled_when_a_donor_exists(swarm: tuple[list[PeerLoad], int]) -> None:
+    peers, num_stages = swarm
+    counts = [sum(1 for p in peers if p.stage == s) for s in range(num_stages)]
+    if 0 not in counts or max(counts) < 2:
+        return
+    move = choose_move(peers, num_stages)
+    assert move is not None, "an empty stage stalls the pipeline; a stage with two peers can give one"
+    assert counts[move.to_stage] == 0
+    assert counts[move.from_stage] >= 2
+
+
+def test_filling_an_empty_stage_says_so() -> None:
+    move = choose_move(loads([10.0, 10.0, 10.0, 10.0], [], []), 3)
+    assert move is not None and move.fills_empty
+    # Stage 2 is still empty, so the rate stays 0; the move is still the only way forward.
+    assert (move.rate_before, move.rate_after) == (0.0, 0.0)
+    assert "stage 1 had no peer" in move.reason and "stage 0" in move.reason
+    next_move = choose_move(apply_move(loads([10.0, 10.0, 10.0, 10.0], [], []), move, 3), 3)
+    assert next_move is not None and next_move.to_stage == 2 and next_move.rate_after == pytest.approx(10.0)
+
+
+def test_empty_stage_comes_before_an_unmeasured_one() -> None:
+    # Stage 0's peer reports no throughput yet (capacity 0, like an empty stage): the empty
+    # stage 2 is the one that stalls the pipeline for sure.
+    move = choose_move(loads([0.0], [10.0, 10.0], []), 3)
+    assert move is not None and (move.from_stage, move.to_stage) == (1, 2)
