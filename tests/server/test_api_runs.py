@@ -37,7 +37,7 @@ def test_create_run_fills_defaults_and_reports_details(client, owner_headers):
         ({"target_batch_size": 30}, "multiple of microbatch_size"),
         ({"learning_rate": 0}, "greater than 0"),
         ({"optimizer": "lion"}, "'adamw' or 'sgd'"),
-        ({"compression": "fp4"}, "'none' or 'int8'"),
+        ({"compression": "fp4"}, "'none', 'float16' or 'int8'"),
         ({"dataset": "relative/path.txt"}, "absolute path"),
         ({"name": ""}, "at least 1 character"),
         ({"surprise": 1}, "Extra inputs are not permitted"),
