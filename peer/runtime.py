@@ -209,12 +209,14 @@ class PeerRuntime:
             requested_stage=None if self.settings.stage == "auto" else int(self.settings.stage),
             name=self.name,
         )
-        async with httpx.AsyncClient(timeout=30) as client:
-            response = await client.post(
+        try:
+            response = await self._http.post(
                 f"{self.coordinator_url}/api/peers/register",
                 content=registration.model_dump_json(),
                 headers={"content-type": "application/json"},
             )
+        except httpx.HTTPError as exc:
+            raise SystemExit(f"cannot reach the coordinator at {self.coordinator_url}: {exc}") from exc
         if response.status_code >= 400:
             try:
                 detail = response.json().get("detail", response.text)

@@ -30,7 +30,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _bin(name: str) -> str:
+def console_script(name: str) -> str:
     """A console script of this installation (next to the running interpreter)."""
     candidate = Path(sys.executable).with_name(name)
     return str(candidate) if candidate.exists() else name
@@ -95,7 +95,7 @@ class LocalSwarm:
     def start(self) -> None:
         self.port = self.port or free_port()
         subprocess.run(
-            [_bin("swarmhub"), "create-admin", "--username", ADMIN_USERNAME, "--password-stdin"],
+            [console_script("swarmhub"), "create-admin", "--username", ADMIN_USERNAME, "--password-stdin"],
             input=self.admin_password.encode() + b"\n",
             env=self._env(),
             check=True,
@@ -112,7 +112,7 @@ class LocalSwarm:
     def start_coordinator(self) -> None:
         log = open(self.workdir / "coordinator.log", "ab")  # noqa: SIM115 - owned by the child process
         self.coordinator = subprocess.Popen(
-            [_bin("swarmhub"), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            [console_script("swarmhub"), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
             env=self._env(),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -155,7 +155,7 @@ class LocalSwarm:
         log = open(log_path, "ab")  # noqa: SIM115 - owned by the child process
         process = subprocess.Popen(
             [
-                _bin("swarmhub-peer"),
+                console_script("swarmhub-peer"),
                 "join",
                 self.url,
                 "--token",
