@@ -20,8 +20,10 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from server.errors import NotFound
@@ -71,6 +73,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 WATCHDOG_INTERVAL_S = 0.5
+SWARM_VIEW_REFRESH_S = 10.0
+"""Swarm views carry throughputs for routing; between membership changes a refresh this often
+keeps them current without sending every peer the whole swarm every sync (N x N entries)."""
 SYNC_INTERVAL_S = 2.0
 """How often heartbeat figures are written to the database, swarm views re-sent and the
 rebalancing policy consulted."""
@@ -99,6 +104,12 @@ class PeerLink:
     queue_length: int = 0
     samples_done: int = 0
     last_seen: float = field(default_factory=time.monotonic)
+    last_heartbeat: datetime | None = None
+    synced: tuple[float, int, int] | None = None
+    """Heartbeat figures as last written to the database."""
+
+    def figures(self) -> tuple[float, int, int]:
+        return (self.throughput, self.queue_length, self.samples_done)
 
     def push(self, message: Message) -> None:
         self.send(message.model_dump_json())
@@ -125,6 +136,7 @@ class RunLive:
     step_started: float = field(default_factory=time.monotonic)
     rebalance: bool = True
     last_move: float = 0.0
+    view_sent: float = 0.0
     checkpoint_wanted: bool = False
     """An owner asked for a checkpoint; it is taken at the next step boundary."""
     links: dict[int, PeerLink] = field(default_factory=dict)
@@ -138,6 +150,7 @@ class RunLive:
             link.push(message)
 
     def swarm_view(self) -> SwarmView:
+        self.view_sent = time.monotonic()
         return SwarmView(step=self.book.step, peers=[link.endpoint() for link in self.ready_links()])
 
 
@@ -370,6 +383,7 @@ class LiveSwarm:
             link.throughput = message.throughput
             link.queue_length = message.queue_length
             link.samples_done = message.samples_done
+            link.last_heartbeat = utcnow()
             self._metrics.heartbeats.inc()
             return
         async with run.lock:
@@ -710,27 +724,39 @@ class LiveSwarm:
                 log.exception("syncing heartbeat figures failed")
 
     async def _sync(self) -> None:
-        """Write heartbeat figures to the database, update dashboards, refresh swarm views."""
-        links = [link for run in self._runs.values() for link in run.links.values()]
-        if not links:
-            return
-
-        def store(session: Session) -> None:
-            frames = []
-            for link in links:
-                peer = session.get(Peer, link.peer_id)
-                if peer is None or peer.state != "active":
-                    continue
-                peer.throughput = link.throughput
-                peer.queue_length = link.queue_length
-                peer.samples_done = link.samples_done
-                peer.last_heartbeat = utcnow()
-                session.flush()
-                frames.append((peer.run_id, peer_frame(peer)))
-            commit_and_publish(session, self._feed, *frames)
-
-        await self._db(store)
+        """Write changed heartbeat figures to the database in one statement, update dashboards,
+        refresh swarm views now and then (membership changes are sent at once elsewhere)."""
+        changed = [
+            link
+            for run in self._runs.values()
+            for link in run.links.values()
+            if link.last_heartbeat is not None and link.figures() != link.synced
+        ]
+        if changed:
+            await self._db(lambda session: self._store_figures(session, changed))
+        now = time.monotonic()
         for run in list(self._runs.values()):
-            run.broadcast(run.swarm_view())
+            if now - run.view_sent >= SWARM_VIEW_REFRESH_S:
+                run.broadcast(run.swarm_view())
             async with run.lock:
                 await self._maybe_rebalance(run)
+
+    def _store_figures(self, session: Session, links: list[PeerLink]) -> None:
+        session.execute(
+            sa.update(Peer),
+            [
+                {
+                    "id": link.peer_id,
+                    "throughput": link.throughput,
+                    "queue_length": link.queue_length,
+                    "samples_done": link.samples_done,
+                    "last_heartbeat": link.last_heartbeat,
+                }
+                for link in links
+            ],
+        )
+        rows = session.scalars(sa.select(Peer).where(Peer.id.in_([link.peer_id for link in links])))
+        frames = [(peer.run_id, peer_frame(peer)) for peer in rows if peer.state == "active"]
+        commit_and_publish(session, self._feed, *frames)
+        for link in links:
+            link.synced = link.figures()

@@ -13,7 +13,7 @@ import logging
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
-from starlette.websockets import WebSocketState
+from starlette.websockets import WebSocketDisconnected, WebSocketState
 
 from server.live import LiveSwarm, PeerRejected
 from swarmhub.wire import Goodbye, Hello, PeerToCoordinator
@@ -67,7 +67,8 @@ async def peer_channel(websocket: WebSocket) -> None:
                 state, reason = "left", "said goodbye"
                 break
             await live.handle(link, message)
-    except WebSocketDisconnect:
+    except (WebSocketDisconnect, WebSocketDisconnected):
+        # The second: the writer found the socket gone first (a send to a closed peer).
         pass
     finally:
         writer.cancel()
