@@ -106,9 +106,15 @@ def list_metrics(
 
 
 @router.get("/{run_id}/peers")
-def list_run_peers(run_id: RunId, caller: CurrentUser, session: SessionDep) -> list[PeerOut]:
+def list_run_peers(
+    run_id: RunId,
+    caller: CurrentUser,
+    session: SessionDep,
+    after: Annotated[int, Query(ge=0, le=MAX_ID, description="Only peers with an id above this")] = 0,
+    limit: Limit = 1000,
+) -> list[PeerOut]:
     runs.get_run_for(session, caller.user, run_id)
-    return [PeerOut.model_validate(p) for p in peers.list_peers(session, run_id)]
+    return [PeerOut.model_validate(p) for p in peers.list_peers(session, run_id, after=after, limit=limit)]
 
 
 @router.get("/{run_id}/events")

@@ -104,8 +104,10 @@ def remove_peer(
     return peer
 
 
-def list_peers(session: Session, run_id: int) -> list[Peer]:
-    return list(session.scalars(sa.select(Peer).where(Peer.run_id == run_id).order_by(Peer.id)))
+def list_peers(session: Session, run_id: int, *, after: int = 0, limit: int | None = None) -> list[Peer]:
+    """Peers of a run by id; pages with `after` (the last id seen) so a big swarm is not one response."""
+    query = sa.select(Peer).where(Peer.run_id == run_id, Peer.id > after).order_by(Peer.id).limit(limit)
+    return list(session.scalars(query))
 
 
 def list_all_peers(session: Session) -> list[Peer]:
