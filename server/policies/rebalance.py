@@ -7,7 +7,10 @@ relative to its own stage's peers (mean throughput there / mean throughput here)
 that stages differ in cost (the last one carries the vocabulary head) while keeping the peer's
 own speed. An empty stage has no information, so a peer is assumed to keep its rate there.
 
-Decision. Only a move that raises the pipeline's rate by more than `min_gain` is made, or one
+Decision. Only a move that raises the pipeline's rate by more than `min_gain` times the smaller
+of the current rate and the moved peer's estimated rate is made (hysteresis in units of what one
+peer can change: a 10% bar on the whole rate would freeze a swarm of thousands, where one peer is
+a fraction of a percent), or one
 that gives an empty stage its first peer (with two stages empty, filling one leaves the rate at
 0, yet it is the only way out of the stall), and never one that empties a stage; among equally
 good moves the peer with the shortest queue (least work it would abandon) and then the lowest id
@@ -21,7 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 DEFAULT_MIN_GAIN = 0.10
-"""Hysteresis: a 10% gain is needed, so measurement noise does not bounce peers between stages."""
+"""Hysteresis: the gain must exceed 10% of what is at stake, so measurement noise does not bounce
+peers between stages."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +43,8 @@ class Move:
     to_stage: int
     rate_before: float
     rate_after: float
+    peer_rate: float
+    """The moved peer's estimated rate on its new stage."""
     fills_empty: bool = False
     """The target stage had no peer at all."""
 
@@ -81,7 +87,7 @@ def choose_move(
     bottleneck = min(range(num_stages), key=lambda s: (counts[s] > 0, capacities[s], s))
     fills_empty = counts[bottleneck] == 0
 
-    best: tuple[tuple[float, float, int, int], float, PeerLoad] | None = None
+    best: tuple[tuple[float, float, int, int], float, float, PeerLoad] | None = None
     for peer in peers:
         if peer.stage == bottleneck or counts[peer.stage] < 2:
             continue
@@ -95,11 +101,11 @@ def choose_move(
         occupied = min(c for s, c in enumerate(after) if counts[s] or s == bottleneck)
         key = (-new_rate, -occupied, peer.queue_length, peer.peer_id)
         if best is None or key < best[0]:
-            best = (key, new_rate, peer)
+            best = (key, new_rate, peer.throughput * scale, peer)
     if best is None:
         return None
-    _, new_rate, peer = best
-    if not fills_empty and not (new_rate > rate * (1 + min_gain) if rate > 0 else new_rate > 0):
+    _, new_rate, peer_rate, peer = best
+    if not fills_empty and not new_rate - rate > min_gain * min(rate, peer_rate):
         return None
     return Move(
         peer_id=peer.peer_id,
@@ -107,5 +113,6 @@ def choose_move(
         to_stage=bottleneck,
         rate_before=rate,
         rate_after=new_rate,
+        peer_rate=peer_rate,
         fills_empty=fills_empty,
     )
