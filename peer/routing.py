@@ -2,8 +2,8 @@
 
 Interleaved weighted round-robin, as in the SWARM reference code: every peer has a virtual
 finish time; the next call goes to the peer with the smallest one (random tie-break), which then
-advances by microbatch size / that peer's throughput. Fast peers are chosen proportionally more
-often, slow ones less, and a peer that fails is banned for a while with capped exponential
+advances by microbatch size / that peer's throughput, and calls already queued at a peer (from its
+heartbeat) count against it. Fast peers are chosen proportionally more often, slow or busy ones less, and a peer that fails is banned for a while with capped exponential
 backoff. Pure: no I/O, time is passed in.
 """
 
@@ -21,6 +21,7 @@ class _PeerSlot:
     finish_time: float
     throughput: float
     banned_until: float = 0.0
+    queue_length: int = 0
     failures: int = 0
     stale: bool = False
     """Banned since its last choice: its finish time stood still while the others' advanced."""
@@ -35,8 +36,9 @@ class StageRouter:
     rng: random.Random = field(default_factory=random.Random)
     _slots: dict[int, _PeerSlot] = field(default_factory=dict)
 
-    def update_peers(self, throughputs: dict[int, float]) -> None:
-        """Set the stage's live peers and their measured throughputs (samples/s)."""
+    def update_peers(self, throughputs: dict[int, float], queues: dict[int, int] | None = None) -> None:
+        """Set the stage's live peers, their measured throughputs (samples/s) and, if known, how
+        many calls each has waiting (from its last heartbeat)."""
         for peer_id in list(self._slots):
             if peer_id not in throughputs:
                 del self._slots[peer_id]
@@ -48,11 +50,12 @@ class StageRouter:
         for peer_id, throughput in throughputs.items():
             slot = self._slots.get(peer_id)
             if slot is None:
-                self._slots[peer_id] = _PeerSlot(
+                slot = self._slots[peer_id] = _PeerSlot(
                     finish_time=start, throughput=max(throughput, MIN_THROUGHPUT)
                 )
             else:
                 slot.throughput = max(throughput, MIN_THROUGHPUT)
+            slot.queue_length = (queues or {}).get(peer_id, 0)
 
     def choose(self, samples: int, now: float, exclude: frozenset[int] = frozenset()) -> int | None:
         """The peer for a call of `samples` samples, or None if every peer is banned or excluded."""
@@ -65,8 +68,9 @@ class StageRouter:
                 slot.stale = False
                 if floor is not None:
                     slot.finish_time = max(slot.finish_time, floor)
+        # Calls other trainers queued at a peer delay this one by about queue x call time.
         candidates = [
-            (slot.finish_time, self.rng.random(), peer_id)
+            (slot.finish_time + slot.queue_length * samples / slot.throughput, self.rng.random(), peer_id)
             for peer_id, slot in self._slots.items()
             if slot.banned_until <= now and peer_id not in exclude
         ]

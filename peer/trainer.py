@@ -76,7 +76,10 @@ class Trainer:
     def update_swarm(self, peers: list[PeerEndpoint]) -> None:
         self.addresses = {p.peer_id: p.address for p in peers}
         for stage, router in enumerate(self.routers):
-            router.update_peers({p.peer_id: p.throughput for p in peers if p.stage == stage})
+            members = [p for p in peers if p.stage == stage]
+            router.update_peers(
+                {p.peer_id: p.throughput for p in members}, {p.peer_id: p.queue_length for p in members}
+            )
 
     async def run_forever(self) -> None:
         await asyncio.gather(*(self._slot() for _ in range(self.concurrency)))

@@ -223,3 +223,15 @@ def test_peer_joining_during_a_ban_is_not_flooded(seed: int) -> None:
     # After the ban all three share evenly.
     got = counts(r, 300, now=31.0)
     assert all(v == pytest.approx(100, abs=2) for v in got.values())
+
+
+def test_a_queued_peer_is_chosen_less_until_its_queue_drains() -> None:
+    router = StageRouter(rng=random.Random(0))
+    router.update_peers({1: 10.0, 2: 10.0}, {1: 5, 2: 0})
+    picks = [router.choose(8, now=0.0) for _ in range(20)]
+    # Peer 1's five queued calls put it 5 calls behind: peer 2 takes the first five outright.
+    assert picks[:5] == [2, 2, 2, 2, 2]
+    assert picks.count(2) > picks.count(1)
+    router.update_peers({1: 10.0, 2: 10.0}, {1: 0, 2: 0})
+    later = [router.choose(8, now=0.0) for _ in range(40)]
+    assert abs(later.count(1) - later.count(2)) <= 6
