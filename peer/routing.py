@@ -3,8 +3,9 @@
 Interleaved weighted round-robin, as in the SWARM reference code: every peer has a virtual
 finish time; the next call goes to the peer with the smallest one (random tie-break), which then
 advances by microbatch size / that peer's throughput, and calls already queued at a peer (from its
-heartbeat) count against it. Fast peers are chosen proportionally more often, slow or busy ones less, and a peer that fails is banned for a while with capped exponential
-backoff. Pure: no I/O, time is passed in.
+heartbeat) count against it. Fast peers are chosen proportionally more often, slow or busy ones
+less, and a peer that fails is banned for a while with capped exponential backoff. Pure: no I/O,
+time is passed in.
 """
 
 from __future__ import annotations
