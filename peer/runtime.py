@@ -35,6 +35,7 @@ from swarmhub.wire import (
     NoWork,
     PeerRegistered,
     PeerRegistration,
+    PeerUnreachable,
     RunSpec,
     RunStatusChanged,
     StageAssignment,
@@ -335,7 +336,7 @@ class PeerRuntime:
             return None
         return await future
 
-    async def _report(self, message: MicrobatchDone | MicrobatchFailed) -> bool:
+    async def _report(self, message: MicrobatchDone | MicrobatchFailed | PeerUnreachable) -> bool:
         assert self.control is not None
         return await self.control.send(message)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from swarmhub.wire import MicrobatchDone, MicrobatchFailed, PeerEndpoint, RunSpec, WorkGrant
+from swarmhub.wire import MicrobatchDone, MicrobatchFailed, PeerEndpoint, PeerUnreachable, RunSpec, WorkGrant
 
 from .data import SampleSource
 from .frames import FrameError, FrameKind, decode_frame, encode_frame
@@ -52,7 +52,7 @@ class Trainer:
         samples: SampleSource,
         pool: FramePool,
         request_work: Callable[[], Awaitable[WorkGrant | None]],
-        report: Callable[[MicrobatchDone | MicrobatchFailed], Awaitable[bool]],
+        report: Callable[[MicrobatchDone | MicrobatchFailed | PeerUnreachable], Awaitable[bool]],
         call_timeout_s: float,
         max_frame_bytes: int,
         concurrency: int = 2,
@@ -194,6 +194,10 @@ class Trainer:
                 if expect is not None and expect not in out:
                     raise CallFailed(f"reply lacks tensor {expect!r}")
             except (TransportError, FrameError, CallFailed) as exc:
+                if isinstance(exc, TransportError):
+                    # No answer at all (a refusal would be an error frame): the coordinator decides
+                    # from several trainers' reports whether the peer is gone.
+                    await self.report(PeerUnreachable(peer_id=peer, reason=str(exc)[:500]))
                 router.report_failure(peer, time.monotonic())
                 tried.add(peer)
                 self.stats.retries += 1

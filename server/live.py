@@ -56,6 +56,7 @@ from swarmhub.wire import (
     MicrobatchFailed,
     NoWork,
     PeerEndpoint,
+    PeerUnreachable,
     RunSpec,
     RunStatusChanged,
     StageReady,
@@ -79,6 +80,11 @@ keeps them current without sending every peer the whole swarm every sync (N x N 
 SYNC_INTERVAL_S = 2.0
 """How often heartbeat figures are written to the database, swarm views re-sent and the
 rebalancing policy consulted."""
+UNREACHABLE_CLOSE_CODE = 4000
+UNREACHABLE_WINDOW_S = 30.0
+UNREACHABLE_REPORTERS = 2
+"""Distinct trainers that must fail to reach a peer within the window before it is marked lost
+(one trainer's bad link is not the peer's fault); fewer if the run has fewer other peers."""
 REBALANCE_MIN_INTERVAL_S = 6.0
 """After a move, wait this long so the moved peer's rate on its new stage has been measured
 (a few heartbeats) before the next decision; an empty stage does not wait."""
@@ -137,6 +143,8 @@ class RunLive:
     rebalance: bool = True
     last_move: float = 0.0
     view_sent: float = 0.0
+    unreachable: dict[int, dict[int, float]] = field(default_factory=dict)
+    """Peer id -> {reporting trainer: when} of recent failed calls without any answer."""
     checkpoint_wanted: bool = False
     """An owner asked for a checkpoint; it is taken at the next step boundary."""
     links: dict[int, PeerLink] = field(default_factory=dict)
@@ -337,23 +345,23 @@ class LiveSwarm:
                 return
             await self._forget_link(run, link)
 
-        def store(session: Session) -> None:
-            peer = session.get_one(Peer, link.peer_id)
-            if peer.state in ("kicked", "banned"):
-                return
-            peer.state = state
-            peer.left_at = utcnow()
-            record_event(
-                session,
-                run_id=link.run_id,
-                peer_id=peer.id,
-                kind=f"peer_{state}",
-                message=f"{peer.name} {'left' if state == 'left' else 'was lost'}: {reason}",
-                data={"stage": link.stage},
-            )
-            commit_and_publish(session, self._feed, (link.run_id, peer_frame(peer)))
+        await self._db(lambda session: self._store_departure(session, link, state, reason))
 
-        await self._db(store)
+    def _store_departure(self, session: Session, link: PeerLink, state: str, reason: str) -> None:
+        peer = session.get_one(Peer, link.peer_id)
+        if peer.state in ("kicked", "banned"):
+            return
+        peer.state = state
+        peer.left_at = utcnow()
+        record_event(
+            session,
+            run_id=link.run_id,
+            peer_id=peer.id,
+            kind=f"peer_{state}",
+            message=f"{peer.name} {'left' if state == 'left' else 'was lost'}: {reason}",
+            data={"stage": link.stage},
+        )
+        commit_and_publish(session, self._feed, (link.run_id, peer_frame(peer)))
 
     async def _forget_link(self, run: RunLive, link: PeerLink) -> None:
         """Route around a departed peer at once: its work failed, its averaging share is gone."""
@@ -420,8 +428,33 @@ class LiveSwarm:
                     if run.phase == "applying" and message.step == run.book.step:
                         run.pending_apply.discard(link.peer_id)
                         await self._maybe_commit(run)
+                case PeerUnreachable():
+                    await self._unreachable(run, link, message)
                 case Goodbye():
                     pass  # the channel handler detaches it as 'left'
+
+    async def _unreachable(self, run: RunLive, reporter: PeerLink, message: PeerUnreachable) -> None:
+        target = run.links.get(message.peer_id)
+        if target is None or target is reporter:
+            return
+        now = time.monotonic()
+        reports = run.unreachable.setdefault(target.peer_id, {})
+        reports[reporter.peer_id] = now
+        for peer_id, when in list(reports.items()):
+            if now - when > UNREACHABLE_WINDOW_S:
+                del reports[peer_id]
+        needed = min(UNREACHABLE_REPORTERS, len(run.links) - 1)
+        if len(reports) < needed:
+            return
+        del run.unreachable[target.peer_id]
+        # Its channel is closed so it reconnects and rejoins; the detach marks it lost meanwhile.
+        target.close(UNREACHABLE_CLOSE_CODE, "other peers cannot reach your data plane")
+        await self._forget_link(run, target)
+        await self._db(
+            lambda session: self._store_departure(
+                session, target, "lost", f"{len(reports)} trainer(s) could not reach it: {message.reason}"
+            )
+        )
 
     def _grant(self, run: RunLive, link: PeerLink) -> WorkGrant | NoWork:
         step = run.book.step

@@ -132,6 +132,14 @@ class StageReady(Message):
     initialization (at step 0 the normal start; later it means the stage's training was lost)."""
 
 
+class PeerUnreachable(Message):
+    """A trainer could not reach another peer's data plane (not a refusal: no answer at all)."""
+
+    type: Literal["peer_unreachable"] = "peer_unreachable"
+    peer_id: int
+    reason: str = Field(max_length=500)
+
+
 class Goodbye(Message):
     """The peer leaves on purpose (Ctrl-C); not a failure."""
 
@@ -147,6 +155,7 @@ PeerToCoordinatorMessage = Annotated[
     | AveragingDone
     | StepApplied
     | StageReady
+    | PeerUnreachable
     | Goodbye,
     Field(discriminator="type"),
 ]
