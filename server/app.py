@@ -20,7 +20,7 @@ from server.errors import install_error_handlers
 from server.feed import FeedHub
 from server.live import LiveSwarm
 from server.metrics import HttpMetricsMiddleware, Metrics
-from server.routes import auth, checkpoints, feed, peers, runs, system, tokens
+from server.routes import auth, checkpoints, feed, peers, presets, runs, system, tokens
 from swarmhub.settings import ServerSettings
 
 REPO_FRONTEND = Path(__file__).resolve().parent.parent / "frontend" / "dist"
@@ -77,7 +77,7 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(HttpMetricsMiddleware, metrics=app.state.metrics)
 
-    for module in (system, auth, runs, checkpoints, tokens, peers, feed):
+    for module in (system, auth, presets, runs, checkpoints, tokens, peers, feed):
         app.include_router(module.router)
     # The peers' control channel is written alongside; include it once it exists.
     if importlib.util.find_spec("server.peer_channel") is not None:

@@ -132,6 +132,17 @@ class RunDetail(RunOut):
     latest_loss: float | None
 
 
+class PresetOut(Out):
+    """A model preset a run can use (swarmhub/presets.py)."""
+
+    name: str
+    parameter_count: int
+    d_model: int
+    n_layer: int
+    n_head: int
+    max_seq_len: int
+
+
 # ---- join tokens ---------------------------------------------------------------------------
 
 

@@ -39,8 +39,9 @@ def create_run(body: RunCreate, caller: CurrentUser, session: SessionDep, feed: 
 
 
 @router.get("")
-def list_runs(caller: CurrentUser, session: SessionDep) -> list[RunOut]:
-    return [RunOut.model_validate(run) for run in runs.visible_runs(session, caller.user)]
+def list_runs(caller: CurrentUser, session: SessionDep) -> list[RunDetail]:
+    """The caller's runs (an admin's: every run), newest first, with peer counts and latest loss."""
+    return runs.visible_run_details(session, caller.user)
 
 
 @router.get("/{run_id}")

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from server.errors import Conflict, NotFound
-from server.models import PEER_STATES, Peer, Run, User, utcnow
+from server.models import PEER_STATES, Peer, Run, Step, User, utcnow
 from server.schemas import RunCreate, RunDetail, RunOut
 from server.services.events import record_event
 from server.services.steps import latest_loss
@@ -34,11 +34,47 @@ def create_run(session: Session, owner: User, params: RunCreate) -> Run:
     return run
 
 
+def _visible(query: sa.Select, user: User) -> sa.Select:
+    return query if user.role == "admin" else query.where(Run.owner_id == user.id)
+
+
 def visible_runs(session: Session, user: User) -> list[Run]:
-    query = sa.select(Run).order_by(Run.id.desc())
-    if user.role != "admin":
-        query = query.where(Run.owner_id == user.id)
-    return list(session.scalars(query))
+    return list(session.scalars(_visible(sa.select(Run), user).order_by(Run.id.desc())))
+
+
+def visible_run_details(session: Session, user: User) -> list[RunDetail]:
+    """The runs this user may see, newest first, with peer counts and latest losses.
+
+    Three queries whatever the number of runs: the runs, peer counts grouped by run and state, and
+    each run's newest step with a loss. The grouped queries select their runs with the same filter
+    (as a subquery), so an admin's list of thousands of runs binds no list of ids."""
+    listed = visible_runs(session, user)
+    if not listed:
+        return []
+    run_ids = _visible(sa.select(Run.id), user).scalar_subquery()
+    counts = {run.id: dict.fromkeys(PEER_STATES, 0) for run in listed}
+    for run_id, state, count in session.execute(
+        sa.select(Peer.run_id, Peer.state, sa.func.count())
+        .where(Peer.run_id.in_(run_ids))
+        .group_by(Peer.run_id, Peer.state)
+    ):
+        if run_id in counts:  # a run created since the first query is not listed
+            counts[run_id][state] = count
+    newest = (
+        sa.select(Step.run_id, sa.func.max(Step.step).label("step"))
+        .where(Step.run_id.in_(run_ids), Step.loss.is_not(None))
+        .group_by(Step.run_id)
+        .subquery()
+    )
+    losses: dict[int, float | None] = {
+        run_id: loss
+        for run_id, loss in session.execute(
+            sa.select(Step.run_id, Step.loss).join(
+                newest, sa.and_(Step.run_id == newest.c.run_id, Step.step == newest.c.step)
+            )
+        )
+    }
+    return [_detail(run, peer_counts=counts[run.id], latest_loss=losses.get(run.id)) for run in listed]
 
 
 def get_run_for(session: Session, user: User, run_id: int) -> Run:
@@ -77,13 +113,17 @@ def run_counts_by_status(session: Session) -> dict[str, int]:
     }
 
 
-def run_detail(session: Session, run: Run) -> RunDetail:
+def _detail(run: Run, *, peer_counts: dict[str, int], latest_loss: float | None) -> RunDetail:
     return RunDetail(
         **RunOut.model_validate(run).model_dump(),
         parameter_count=get_preset(run.model_preset).parameter_count,
-        peer_counts=peer_counts(session, run.id),
-        latest_loss=latest_loss(session, run.id),
+        peer_counts=peer_counts,
+        latest_loss=latest_loss,
     )
+
+
+def run_detail(session: Session, run: Run) -> RunDetail:
+    return _detail(run, peer_counts=peer_counts(session, run.id), latest_loss=latest_loss(session, run.id))
 
 
 def run_spec(run: Run) -> RunSpec:
