@@ -43,3 +43,37 @@ export interface TokenIssued extends TokenOut {
   token: string;
   join_command: string;
 }
+
+/** GET /api/presets (server/schemas.py PresetOut; the drift test checks the fields). */
+export interface PresetOut {
+  name: string;
+  parameter_count: number;
+  d_model: number;
+  n_layer: number;
+  n_head: number;
+  max_seq_len: number;
+}
+
+/** One stage file of a checkpoint (server/routes/checkpoints.py CheckpointStageOut). */
+export interface CheckpointStageOut {
+  stage: number;
+  bytes: number;
+  sha256: string;
+  created_at: string;
+}
+
+/** GET /api/runs/{id}/checkpoints: one step, newest first (CheckpointStepOut). */
+export interface CheckpointStepOut {
+  run_id: number;
+  step: number;
+  num_stages: number;
+  complete: boolean;
+  bytes: number;
+  stages: CheckpointStageOut[];
+}
+
+/** POST /api/runs/{id}/checkpoints (CheckpointRequested). */
+export interface CheckpointRequested {
+  run_id: number;
+  current_step: number;
+}

@@ -1,7 +1,6 @@
 // Client-side checks for the create-run form. The server validates again; its 422 messages are
 // mapped onto the same fields (see api.ts parseErrorBody).
-import type { Preset } from "./presets";
-import type { RunCreate } from "./types";
+import type { PresetOut as Preset, RunCreate } from "./types";
 
 export type RunForm = Record<keyof RunCreate, string>;
 export type FieldErrors = Partial<Record<keyof RunCreate | string, string>>;

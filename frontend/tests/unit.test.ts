@@ -2,8 +2,10 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { parseErrorBody } from "../src/api";
+import { formatBytes } from "../src/format";
+import { EVENT_STYLES, eventStyle } from "../src/events";
 import { backoffDelay } from "../src/feed";
-import { PRESETS } from "../src/presets";
+import type { PresetOut } from "../src/types";
 import { BoundedSeries, StepRate, formatDuration } from "../src/series";
 import { DEFAULT_FORM, placeMessages, validateRunForm } from "../src/validation";
 
@@ -69,7 +71,15 @@ test("422 bodies map to fields; model-level messages go to the field they name",
 });
 
 test("client-side run validation", () => {
-  const tiny = PRESETS.find((p) => p.name === "tiny");
+  // As GET /api/presets describes "tiny".
+  const tiny: PresetOut = {
+    name: "tiny",
+    parameter_count: 249472,
+    d_model: 64,
+    n_layer: 4,
+    n_head: 4,
+    max_seq_len: 256,
+  };
   const ok = validateRunForm({ ...DEFAULT_FORM, name: "r" }, tiny);
   assert.ok(ok.body);
   assert.equal(ok.body.seq_len, 128);
@@ -85,4 +95,24 @@ test("client-side run validation", () => {
     "seq_len",
     "target_batch_size",
   ]);
+});
+
+test("formatBytes uses binary units", () => {
+  assert.equal(formatBytes(512), "512 B");
+  assert.equal(formatBytes(2048), "2.00 KiB");
+  assert.equal(formatBytes(3 * 1024 * 1024 + 512 * 1024), "3.50 MiB");
+  assert.equal(formatBytes(20 * 1024 * 1024 * 1024), "20.0 GiB");
+  assert.equal(formatBytes(null), "—");
+});
+
+test("swarm events each have their own icon and a non-plain tone", () => {
+  const kinds = ["rebalance", "stage_restored", "stage_reinitialized", "samples_lost", "checkpoint"];
+  const icons = kinds.map((k) => eventStyle(k).icon);
+  assert.equal(new Set(icons).size, kinds.length, `icons ${icons.join(" ")}`);
+  for (const kind of kinds) {
+    assert.ok(kind in EVENT_STYLES, kind);
+    assert.ok(eventStyle(kind).tone !== "plain", kind);
+  }
+  assert.equal(eventStyle("peer_joined").tone, "plain");
+  assert.equal(eventStyle("peer_joined").label, "peer_joined");
 });

@@ -33,6 +33,8 @@ CHROMIUM_ARGS = [
 ADMIN = ("admin", "admin password 1")
 OWNER = ("olivia", "olivia password 1")
 HEARTBEAT_TIMEOUT_S = 4
+CHECKPOINT_EVERY_STEPS = 2
+"""The browser tests' coordinator checkpoints this often, so a swarm test sees checkpoints soon."""
 
 
 def tool(name: str) -> str:

@@ -25,6 +25,7 @@ for path in (ROOT, Path(__file__).resolve().parent):
 
 from browser_helpers import (  # noqa: E402
     ADMIN,
+    CHECKPOINT_EVERY_STEPS,
     CHROMIUM,
     CHROMIUM_ARGS,
     FRONTEND_DIST,
@@ -64,6 +65,7 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory, frontend_dist: Path) -
         "SWARMHUB_FRONTEND_DIR": str(frontend_dist),
         "SWARMHUB_CHECKPOINT_DIR": str(workdir / "checkpoints"),
         "SWARMHUB_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
+        "SWARMHUB_CHECKPOINT_EVERY_STEPS": str(CHECKPOINT_EVERY_STEPS),
         "PYTHONUNBUFFERED": "1",
     }
     subprocess.run(

@@ -40,6 +40,8 @@ def test_create_run_shows_client_and_server_validation_next_to_fields(page) -> N
     sign_in(page, *OWNER)
     page.goto("/#/runs/new")
     page.get_by_label("Name").fill("validated run")
+    # The presets come from GET /api/presets: wait for the list (more than the placeholder option).
+    page.locator("#f-model_preset option").nth(1).wait_for(state="attached")
     page.get_by_label("Model preset").select_option("tiny")
     assert "249.5k parameters" in page.locator(".field", has=page.get_by_label("Model preset")).inner_text()
 

@@ -4,8 +4,8 @@ Websocket frames are not in OpenAPI, so frontend/src/feed-types.ts copies them b
 walks the `FeedFrame` union in server/schemas.py (and every model nested in it), and compares each
 model's field names with the TypeScript interface of the same name, including inherited fields
 (`interface RunDetail extends RunOut`). It also checks each frame's `type` literal, the TS
-`FeedFrame` union, and the model-preset table the create-run form uses (frontend/src/presets.ts).
-Fast, no browser: runs in every `pytest`.
+`FeedFrame` union, and the REST models the dashboard mirrors in frontend/src/types.ts (presets from
+GET /api/presets, checkpoints). Fast, no browser: runs in every `pytest`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,19 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from server import schemas
-from swarmhub.presets import PRESETS
+from server.routes import checkpoints
 
 FRONTEND_SRC = Path(__file__).resolve().parents[2] / "frontend" / "src"
 FEED_TYPES = FRONTEND_SRC / "feed-types.ts"
-PRESETS_TS = FRONTEND_SRC / "presets.ts"
+REST_TYPES = FRONTEND_SRC / "types.ts"
+
+REST_MODELS: list[type[BaseModel]] = [
+    schemas.PresetOut,
+    checkpoints.CheckpointStepOut,
+    checkpoints.CheckpointStageOut,
+    checkpoints.CheckpointRequested,
+]
+"""REST bodies the dashboard reads, mirrored as interfaces of the same name in types.ts."""
 
 _INTERFACE = re.compile(
     r"export\s+interface\s+(\w+)(?:\s+extends\s+([\w\s,]+?))?\s*\{(.*?)\n\s*\}", re.DOTALL
@@ -131,17 +139,26 @@ def test_frame_type_literals_and_union_match() -> None:
     assert members == {m.__name__ for m in frames}
 
 
-def test_preset_table_matches_swarmhub_presets() -> None:
-    rows = re.findall(r"\{\s*name:\s*\"(\w+)\",([^}]*)\}", PRESETS_TS.read_text())
-    table = {name: dict(re.findall(r"(\w+):\s*(\d+)", rest)) for name, rest in rows}
-    assert set(table) == set(PRESETS), "frontend/src/presets.ts lists other presets than swarmhub/presets.py"
-    for name, preset in PRESETS.items():
-        row = {k: int(v) for k, v in table[name].items()}
-        expected = {
-            "d_model": preset.d_model,
-            "n_layer": preset.n_layer,
-            "n_head": preset.n_head,
-            "max_seq_len": preset.max_seq_len,
-            "parameter_count": preset.parameter_count,
-        }
-        assert row == expected, f"preset {name}: TypeScript {row} != Python {expected}"
+def _field_problems(model: type[BaseModel], interfaces: dict[str, dict[str, str]], where: str) -> list[str]:
+    name = model.__name__
+    if name not in interfaces:
+        return [f"{name}: no `export interface {name}` in {where}"]
+    problems = []
+    if missing := sorted(set(model.model_fields) - set(interfaces[name])):
+        problems.append(f"{name}: fields missing in TypeScript: {missing}")
+    if extra := sorted(set(interfaces[name]) - set(model.model_fields)):
+        problems.append(f"{name}: TypeScript has fields the server does not send: {extra}")
+    return problems
+
+
+def test_rest_models_the_dashboard_reads_match_types_ts() -> None:
+    interfaces = parse_ts_interfaces(REST_TYPES.read_text())
+    problems = [p for model in REST_MODELS for p in _field_problems(model, interfaces, REST_TYPES.name)]
+    assert not problems, "types.ts drifted from the server's models:\n" + "\n".join(problems)
+
+
+def test_the_dashboard_takes_presets_from_the_api_not_a_copy() -> None:
+    """Presets come from GET /api/presets; a hand-kept table would drift from swarmhub/presets.py."""
+    assert not (FRONTEND_SRC / "presets.ts").exists()
+    form = (FRONTEND_SRC / "pages" / "CreateRunPage.tsx").read_text()
+    assert '"/api/presets"' in form

@@ -1,17 +1,22 @@
 """A real swarm on the dashboard: `swarmhub-peer join` processes join a one-stage tiny run; the
-run page shows them in the stage column and charts the loss of committed steps; an admin kicks
-one; a peer that dies without a goodbye is marked lost. Nothing here fakes a peer."""
+run page shows them in the stage column and charts the loss of committed steps; checkpoints (every
+2 steps on this coordinator) are listed and download as a model zip; the runs list shows the loss
+and peers; an admin kicks one; a peer that dies without a goodbye is marked lost. Nothing here
+fakes a peer."""
 
 from __future__ import annotations
 
+import io
 import re
 import signal
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 from browser_helpers import (
     ADMIN,
+    CHECKPOINT_EVERY_STEPS,
     HEARTBEAT_TIMEOUT_S,
     OWNER,
     Peers,
@@ -107,6 +112,65 @@ def test_peers_join_and_the_loss_of_a_step_is_charted(page, coordinator, swarm: 
     assert chart.locator("canvas").count() >= 1
     assert int(page.get_by_test_id("rate-chart").get_attribute("data-points") or 0) >= 2
     screenshot(page, "run-page-training")
+
+
+def test_checkpoints_are_listed_downloaded_and_requested(page, coordinator, swarm: Swarm) -> None:
+    sign_in(page, *OWNER)
+    page.goto(f"/#/runs/{swarm.run_id}")
+    panel = page.get_by_test_id("checkpoints")
+    rows = panel.locator("[data-testid=checkpoint]")
+    wait_until(
+        lambda: rows.count() >= 1,
+        PEER_START_S,
+        f"a complete checkpoint (every {CHECKPOINT_EVERY_STEPS} steps) in the Checkpoints panel",
+        lambda: _diagnostics(coordinator, swarm),
+        swarm.peers.all_exited,
+    )
+    newest = rows.first  # newest first
+    step = int(newest.get_attribute("data-step") or -1)
+    assert step >= 0 and step % CHECKPOINT_EVERY_STEPS == 0, step
+    assert re.search(r"\d+(\.\d+)? (KiB|MiB)", newest.inner_text()), newest.inner_text()
+
+    # The link downloads the whole model with the browser's own session (cookies, no bearer token).
+    link = newest.get_by_test_id("checkpoint-download")
+    href = link.get_attribute("href")
+    assert href == f"/api/runs/{swarm.run_id}/checkpoints/{step}/model", href
+    response = page.request.get(href)
+    assert response.status == 200, response.text()
+    assert response.headers["content-type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(response.body())) as archive:
+        names = archive.namelist()
+        assert "config.json" in names and "stage-0.safetensors" in names, names
+        config = archive.read("config.json").decode()
+    assert f'"step": {step}' in config and '"model_preset": "tiny"' in config
+
+    # A checkpoint event (shown in its own style) reloads the list: a newer step appears without a
+    # page reload. "Checkpoint now" asks for one at the next step.
+    panel.get_by_role("button", name="Checkpoint now").click()
+    assert "Requested at step" in panel.get_by_test_id("checkpoint-notice").inner_text()
+    log = page.get_by_test_id("event-log")
+    log.locator('[data-kind="checkpoint_requested"]').first.wait_for()
+    wait_until(
+        lambda: int(rows.first.get_attribute("data-step") or -1) > step,
+        PEER_START_S,
+        f"a checkpoint newer than step {step} listed after a checkpoint event",
+        lambda: _diagnostics(coordinator, swarm),
+        swarm.peers.all_exited,
+    )
+    event = log.locator('[data-kind="checkpoint"]').first
+    assert "tone-save" in (event.get_attribute("class") or "")
+    assert "complete" in event.inner_text()
+    panel.scroll_into_view_if_needed()
+    screenshot(page, "run-page-checkpoints")
+
+    # The runs list shows what the list API now returns: parameters, latest loss, live peers.
+    page.goto("/#/")
+    row = page.locator(f'[data-testid=run-row][data-run-id="{swarm.run_id}"]')
+    row.wait_for()
+    assert "249.5k parameters" in row.get_by_test_id("run-parameters").inner_text()
+    assert 0 < float(row.get_by_test_id("run-loss").inner_text()) < 10
+    assert row.get_by_test_id("run-peers").inner_text().startswith("2")
+    screenshot(page, "runs-list")
 
 
 def test_admin_kicks_a_peer(page, coordinator, swarm: Swarm) -> None:

@@ -2,9 +2,8 @@ import { useEffect, useState, type FormEvent, type ReactNode } from "react";
 import { api, ApiError, errorMessage } from "../api";
 import type { RunDetail } from "../feed-types";
 import { formatCount } from "../format";
-import { PRESETS, type Preset } from "../presets";
 import { navigate } from "../router";
-import type { RunCreate } from "../types";
+import type { PresetOut, RunCreate } from "../types";
 import { DEFAULT_FORM, placeMessages, validateRunForm, type FieldErrors, type RunForm } from "../validation";
 
 const FIELD_NAMES = Object.keys(DEFAULT_FORM);
@@ -35,18 +34,19 @@ export function CreateRunPage() {
   const [form, setForm] = useState<RunForm>(DEFAULT_FORM);
   const [errors, setErrors] = useState<FieldErrors>({});
   const [formError, setFormError] = useState("");
-  const [presets, setPresets] = useState<Preset[]>(PRESETS);
+  // The coordinator's presets (GET /api/presets); null while loading.
+  const [presets, setPresets] = useState<PresetOut[] | null>(null);
+  const [presetError, setPresetError] = useState("");
   const [busy, setBusy] = useState(false);
 
   useEffect(() => {
-    // Prefer the coordinator's own list when it offers one; the built-in table otherwise.
     api
-      .get<Preset[]>("/api/presets")
-      .then((list) => Array.isArray(list) && list.length > 0 && setPresets(list))
-      .catch(() => undefined);
+      .get<PresetOut[]>("/api/presets")
+      .then(setPresets)
+      .catch((e) => setPresetError(`Could not load model presets: ${errorMessage(e)}`));
   }, []);
 
-  const preset = presets.find((p) => p.name === form.model_preset);
+  const preset = presets?.find((p) => p.name === form.model_preset);
 
   function set<K extends keyof RunForm>(key: K, value: string) {
     setForm((f) => ({ ...f, [key]: value }));
@@ -111,7 +111,14 @@ export function CreateRunPage() {
           name="model_preset"
           label="Model preset"
           errors={errors}
-          hint={preset ? `${formatCount(preset.parameter_count)} parameters` : undefined}
+          hint={
+            presetError ||
+            (preset
+              ? `${formatCount(preset.parameter_count)} parameters · ${preset.n_layer} blocks · d_model ${preset.d_model}`
+              : presets === null
+                ? "loading presets…"
+                : undefined)
+          }
         >
           <select
             id="f-model_preset"
@@ -119,11 +126,16 @@ export function CreateRunPage() {
             value={form.model_preset}
             onChange={(e) => set("model_preset", e.target.value)}
           >
-            {presets.map((p) => (
-              <option key={p.name} value={p.name}>
-                {p.name} — {formatCount(p.parameter_count)} parameters
-              </option>
-            ))}
+            {presets === null ? (
+              // Until the list arrives (or if it cannot), the chosen name alone; the server checks it.
+              <option value={form.model_preset}>{form.model_preset}</option>
+            ) : (
+              presets.map((p) => (
+                <option key={p.name} value={p.name}>
+                  {p.name} — {formatCount(p.parameter_count)} parameters
+                </option>
+              ))
+            )}
           </select>
         </Field>
         <Field name="dataset" label="Dataset" errors={errors} hint="python-stdlib (bundled) or a path on the peers">

@@ -1,6 +1,7 @@
 import { useEffect, useMemo, useState } from "react";
 import { api, errorMessage } from "../api";
 import { Chart } from "../components/Chart";
+import { CheckpointsPanel } from "../components/CheckpointsPanel";
 import { EventLog } from "../components/EventLog";
 import { JoinPanel } from "../components/JoinPanel";
 import { StatusBadge } from "../components/StatusBadge";
@@ -67,6 +68,8 @@ export function RunPage({ runId }: { runId: number }) {
   else if (livePeers === 0) eta = "waiting for peers";
   else eta = state.stepRate ? formatDuration(remaining / state.stepRate) : "—";
   const lastRate = state.lastStep ? columns[2][columns[2].length - 1] : null;
+  // The newest 'checkpoint' event (events are newest first): a new one reloads the checkpoint list.
+  const checkpointKey = state.events.find((e) => e.kind === "checkpoint")?.id ?? 0;
 
   return (
     <section className="run-page">
@@ -137,6 +140,14 @@ export function RunPage({ runId }: { runId: number }) {
           <h2>Events</h2>
           <EventLog events={state.events} />
         </div>
+      </div>
+
+      <div className="card">
+        <CheckpointsPanel
+          runId={runId}
+          refreshKey={checkpointKey}
+          canRequest={run.status === "active" || run.status === "paused"}
+        />
       </div>
 
       <div className="card">

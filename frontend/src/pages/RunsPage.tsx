@@ -1,18 +1,32 @@
 import { useEffect, useState } from "react";
 import { api, errorMessage } from "../api";
-import type { RunOut } from "../feed-types";
+import type { PeerState, RunDetail } from "../feed-types";
 import type { User } from "../types";
-import { formatCount, formatTime } from "../format";
-import { parameterCount } from "../presets";
+import { formatCount, formatNumber, formatTime } from "../format";
 import { StatusBadge } from "../components/StatusBadge";
 
+// Peer states worth a word in the list; the rest (left, kicked, banned) are departed peers.
+const SHOWN_STATES: PeerState[] = ["active", "joining", "lost"];
+
+function PeerSummary({ counts }: { counts: RunDetail["peer_counts"] }) {
+  const parts = SHOWN_STATES.filter((s) => (counts[s] ?? 0) > 0 && s !== "active").map(
+    (s) => `${counts[s]} ${s}`,
+  );
+  return (
+    <span data-testid="run-peers">
+      {counts.active ?? 0}
+      {parts.length > 0 && <span className="muted"> ({parts.join(", ")})</span>}
+    </span>
+  );
+}
+
 export function RunsPage({ user }: { user: User }) {
-  const [runs, setRuns] = useState<RunOut[] | null>(null);
+  const [runs, setRuns] = useState<RunDetail[] | null>(null);
   const [error, setError] = useState("");
 
   useEffect(() => {
     api
-      .get<RunOut[]>("/api/runs")
+      .get<RunDetail[]>("/api/runs")
       .then(setRuns)
       .catch((e) => setError(errorMessage(e)));
   }, []);
@@ -39,12 +53,14 @@ export function RunsPage({ user }: { user: User }) {
               <th>Model</th>
               <th>Stages</th>
               <th>Step</th>
+              <th>Loss</th>
+              <th>Peers</th>
               <th>Created</th>
             </tr>
           </thead>
           <tbody>
             {runs.map((run) => (
-              <tr key={run.id}>
+              <tr key={run.id} data-testid="run-row" data-run-id={run.id}>
                 <td>
                   <a href={`#/runs/${run.id}`}>{run.name}</a>
                 </td>
@@ -53,14 +69,22 @@ export function RunsPage({ user }: { user: User }) {
                 </td>
                 <td>
                   {run.model_preset}{" "}
-                  <span className="muted">({formatCount(parameterCount(run.model_preset))} parameters)</span>
+                  <span className="muted" data-testid="run-parameters">
+                    ({formatCount(run.parameter_count)} parameters)
+                  </span>
                 </td>
                 <td>{run.num_stages}</td>
                 <td>
                   {run.current_step}
                   {run.max_steps ? ` / ${run.max_steps}` : ""}
                 </td>
-                <td>{new Date(run.created_at).toLocaleDateString()} {formatTime(run.created_at)}</td>
+                <td data-testid="run-loss">{formatNumber(run.latest_loss)}</td>
+                <td>
+                  <PeerSummary counts={run.peer_counts} />
+                </td>
+                <td>
+                  {new Date(run.created_at).toLocaleDateString()} {formatTime(run.created_at)}
+                </td>
               </tr>
             ))}
           </tbody>
