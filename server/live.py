@@ -85,6 +85,12 @@ UNREACHABLE_WINDOW_S = 30.0
 UNREACHABLE_REPORTERS = 2
 """Distinct trainers that must fail to reach a peer within the window before it is marked lost
 (one trainer's bad link is not the peer's fault); fewer if the run has fewer other peers."""
+REBALANCE_PEER_COOLDOWN_S = 30.0
+"""A peer that moved stays put this long: its first rates on a new stage are noisy, and moving it
+back on them made peers bounce between stages under churn."""
+JOIN_HOLD_S = 15.0
+"""How long a step's averaging waits for peers still copying a stage's state. Without the wait a
+joiner could chase the run forever when steps are quicker than copying a stage."""
 REBALANCE_MIN_INTERVAL_S = 6.0
 """After a move, wait this long so the moved peer's rate on its new stage has been measured
 (a few heartbeats) before the next decision; an empty stage does not wait."""
@@ -111,6 +117,8 @@ class PeerLink:
     samples_done: int = 0
     last_seen: float = field(default_factory=time.monotonic)
     last_heartbeat: datetime | None = None
+    assigned_at: float = 0.0
+    moved_at: float = 0.0
     synced: tuple[float, int, int] | None = None
     """Heartbeat figures as last written to the database."""
 
@@ -298,6 +306,7 @@ class LiveSwarm:
         """Give `link` a stage; it becomes ready (routable) once it reports StageReady."""
         link.stage = stage
         link.ready = False
+        link.assigned_at = time.monotonic()
         sources = sorted(run.ready_links(stage), key=lambda other: -other.throughput)
         step = run.book.step
         checkpoint_step = (
@@ -480,6 +489,7 @@ class LiveSwarm:
             return
         if message.step == run.book.step and run.phase == "collecting":
             link.ready = True
+            await self._maybe_barrier(run)
             if message.origin == "checkpoint":
                 await self._db(
                     lambda session: self._record(
@@ -512,6 +522,12 @@ class LiveSwarm:
     async def _maybe_barrier(self, run: RunLive) -> None:
         if run.phase != "collecting" or not run.book.ready_for_barrier():
             return
+        now = time.monotonic()
+        if any(
+            link.stage is not None and not link.ready and now - link.assigned_at < JOIN_HOLD_S
+            for link in run.links.values()
+        ):
+            return  # re-checked when the joiner is ready, and by the periodic sync
         run.phase = "averaging"
         run.rounds = {
             stage: AveragingRound(
@@ -664,11 +680,15 @@ class LiveSwarm:
                 if link.stage is not None
             ],
             run.spec.num_stages,
+            pinned=frozenset(
+                link.peer_id for link in ready if time.monotonic() - link.moved_at < REBALANCE_PEER_COOLDOWN_S
+            ),
         )
         if move is None:
             return
         run.last_move = time.monotonic()
         link = run.links[move.peer_id]
+        link.moved_at = time.monotonic()
 
         await self._db(
             lambda session: self._record(
@@ -772,6 +792,7 @@ class LiveSwarm:
             if now - run.view_sent >= SWARM_VIEW_REFRESH_S:
                 run.broadcast(run.swarm_view())
             async with run.lock:
+                await self._maybe_barrier(run)
                 await self._maybe_rebalance(run)
 
     def _store_figures(self, session: Session, links: list[PeerLink]) -> None:

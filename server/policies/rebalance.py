@@ -69,9 +69,17 @@ def stage_capacities(peers: Sequence[PeerLoad], num_stages: int) -> list[float]:
 
 
 def choose_move(
-    peers: Sequence[PeerLoad], num_stages: int, *, min_gain: float = DEFAULT_MIN_GAIN
+    peers: Sequence[PeerLoad],
+    num_stages: int,
+    *,
+    min_gain: float = DEFAULT_MIN_GAIN,
+    pinned: frozenset[int] = frozenset(),
 ) -> Move | None:
-    """The single move that raises the pipeline's rate most, or None if none raises it enough."""
+    """The single move that raises the pipeline's rate most, or None if none raises it enough.
+
+    Peers in `pinned` count toward their stage's capacity but are not moved (the coordinator pins
+    a peer that moved recently, until its rate on the new stage has been measured for a while).
+    """
     if num_stages < 2:
         return None
     for peer in peers:
@@ -89,7 +97,7 @@ def choose_move(
 
     best: tuple[tuple[float, float, int, int], float, float, PeerLoad] | None = None
     for peer in peers:
-        if peer.stage == bottleneck or counts[peer.stage] < 2:
+        if peer.stage == bottleneck or counts[peer.stage] < 2 or peer.peer_id in pinned:
             continue
         scale = means[bottleneck] / means[peer.stage] if counts[bottleneck] and means[peer.stage] > 0 else 1.0
         after = list(capacities)

@@ -321,3 +321,11 @@ def test_empty_stage_comes_before_an_unmeasured_one() -> None:
     # stage 2 is the one that stalls the pipeline for sure.
     move = choose_move(loads([0.0], [10.0, 10.0], []), 3)
     assert move is not None and (move.from_stage, move.to_stage) == (1, 2)
+
+
+def test_pinned_peers_count_but_do_not_move() -> None:
+    peers = loads([10.0, 10.0, 10.0], [10.0])
+    move = choose_move(peers, 2, pinned=frozenset({1}))
+    assert move is not None and move.peer_id == 2
+    assert move.rate_before == 10.0
+    assert choose_move(peers, 2, pinned=frozenset({1, 2, 3})) is None
