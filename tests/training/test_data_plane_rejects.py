@@ -9,7 +9,6 @@ stays up, nothing it was sent reaches the books, and training goes on.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 import sqlite3
@@ -18,8 +17,8 @@ from typing import Any
 
 import pytest
 import torch
-from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
 
 from peer.frames import PREFIX_SIZE, decode_frame, encode_frame, make_credential
 from peer.model import config_for
@@ -38,27 +37,27 @@ def _run_spec(detail: dict[str, Any]) -> RunSpec:
     return RunSpec(run_id=detail["id"], **fields)
 
 
-async def _ask(ws: ClientConnection, data: bytes) -> tuple[str, str]:
+def _ask(ws: ClientConnection, data: bytes) -> tuple[str, str]:
     """Send one message; the reply must be a well-formed frame: its kind and error message."""
-    await ws.send(data)
-    reply = await asyncio.wait_for(ws.recv(), timeout=60)
+    ws.send(data)
+    reply = ws.recv(timeout=60)
     assert isinstance(reply, bytes), reply
     header, _ = decode_frame(reply, max_bytes=REPLY_LIMIT)
     return header.kind, header.error or ""
 
 
-async def _close_code(address: str, data: bytes | str) -> int | None:
+def _close_code(address: str, data: bytes | str) -> int | None:
     """Send one message on a fresh connection; the close code the peer answered it with."""
-    async with connect(f"ws://{address}", max_size=None, compression=None) as ws:
+    with connect(f"ws://{address}", max_size=None, compression=None) as ws:
         try:
-            await ws.send(data)
-            reply = await asyncio.wait_for(ws.recv(), timeout=60)
+            ws.send(data)
+            reply = ws.recv(timeout=60)
         except ConnectionClosed as exc:
             return exc.rcvd.code if exc.rcvd is not None else None
         raise AssertionError(f"the peer answered instead of closing: {reply[:200]!r}")
 
 
-async def _attack(address: str, spec: RunSpec, data_key: str, sender: int, step: int) -> dict[str, Any]:
+def _attack(address: str, spec: RunSpec, data_key: str, sender: int, step: int) -> dict[str, Any]:
     d_model = config_for(spec.model_preset).d_model
     mb, seq = spec.microbatch_size, spec.seq_len
     credential = make_credential(data_key, sender)
@@ -106,9 +105,9 @@ async def _attack(address: str, spec: RunSpec, data_key: str, sender: int, step:
     }
     replies: dict[str, tuple[str, str]] = {}
     # All on one connection: a refused frame does not cost the connection either.
-    async with connect(f"ws://{address}", max_size=None, compression=None) as ws:
+    with connect(f"ws://{address}", max_size=None, compression=None) as ws:
         for name, data in cases.items():
-            replies[name] = await _ask(ws, data)
+            replies[name] = _ask(ws, data)
         # Still serving real requests on the same connection: the stage's state, authenticated.
         fetch = encode_frame(
             kind="fetch_state",
@@ -119,15 +118,15 @@ async def _attack(address: str, spec: RunSpec, data_key: str, sender: int, step:
             credential=credential,
             step=step,
         )
-        await ws.send(fetch)
-        state_reply = await asyncio.wait_for(ws.recv(), timeout=60)
+        ws.send(fetch)
+        state_reply = ws.recv(timeout=60)
     assert isinstance(state_reply, bytes)
     state_header, state = decode_frame(state_reply, max_bytes=REPLY_LIMIT)
     return {
         "replies": replies,
         "state": (state_header.kind, sorted(state)[:3], len(state)),
-        "oversized": await _close_code(address, b"\0" * (max_frame_bytes(spec) + 1)),
-        "text": await _close_code(address, "hello, stage"),
+        "oversized": _close_code(address, b"\0" * (max_frame_bytes(spec) + 1)),
+        "text": _close_code(address, "hello, stage"),
     }
 
 
@@ -174,7 +173,7 @@ def test_malformed_and_forged_frames_are_refused_and_training_goes_on() -> None:
             (data_key,) = db.execute("SELECT data_key FROM runs WHERE id = ?", (run_id,)).fetchone()
         step = swarm.run_detail(run_id)["current_step"]
 
-        result = asyncio.run(_attack(target["address"], spec, data_key, sender["id"], step))
+        result = _attack(target["address"], spec, data_key, sender["id"], step)
 
         committed = len(swarm.steps(run_id))
         steps = swarm.wait_for_steps(run_id, committed + 5, timeout_s=WAIT_S)
