@@ -12,7 +12,6 @@ import contextlib
 import logging
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
-from pydantic import ValidationError
 from starlette.websockets import WebSocketDisconnected, WebSocketState
 
 from server.live import LiveSwarm, PeerRejected
@@ -30,12 +29,12 @@ async def peer_channel(websocket: WebSocket) -> None:
     await websocket.accept()
     live: LiveSwarm = websocket.app.state.live
     try:
-        raw = await asyncio.wait_for(websocket.receive_text(), HELLO_TIMEOUT_S)
+        raw = await asyncio.wait_for(_receive_text(websocket), HELLO_TIMEOUT_S)
         hello = PeerToCoordinator.validate_json(raw)
     except TimeoutError:
         await websocket.close(POLICY_VIOLATION, "no hello within 10 seconds")
         return
-    except (ValidationError, KeyError) as exc:
+    except ValueError as exc:  # a pydantic ValidationError, or a binary frame
         await websocket.close(POLICY_VIOLATION, f"first frame must be a valid hello: {_short(exc)}")
         return
     except WebSocketDisconnect:
@@ -56,11 +55,11 @@ async def peer_channel(websocket: WebSocket) -> None:
     state, reason = "lost", "channel closed"
     try:
         while True:
-            raw = await websocket.receive_text()
             try:
-                message = PeerToCoordinator.validate_json(raw)
-            except ValidationError as exc:
-                await websocket.close(POLICY_VIOLATION, f"invalid frame: {_short(exc)}")
+                message = PeerToCoordinator.validate_json(await _receive_text(websocket))
+            except ValueError as exc:
+                if websocket.application_state == WebSocketState.CONNECTED:
+                    await websocket.close(POLICY_VIOLATION, f"invalid frame: {_short(exc)}")
                 reason = "sent an invalid frame"
                 break
             if isinstance(message, Goodbye):
@@ -75,6 +74,21 @@ async def peer_channel(websocket: WebSocket) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await writer
         await live.detach(link, state=state, reason=reason)
+
+
+async def _receive_text(websocket: WebSocket) -> str:
+    """The peer's next frame; a binary one is a ValueError, the peer's disconnect WebSocketDisconnect.
+
+    Unlike `websocket.receive_text()`, this goes on reading after the coordinator has closed its side
+    (kick, replacement, heartbeat timeout): a frame the peer sent before it saw the close is not an
+    error, and the handler ends when the peer's disconnect arrives.
+    """
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000), message.get("reason"))
+    if message.get("text") is None:
+        raise ValueError("frames are JSON text, not binary")
+    return message["text"]
 
 
 async def _write(websocket: WebSocket, outbox: asyncio.Queue[str | tuple[int, str]]) -> None:
