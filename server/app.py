@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 from fastapi import FastAPI
@@ -39,10 +38,8 @@ def _frontend_dir(settings: ServerSettings) -> Path | None:
     return None
 
 
-def create_app(
-    settings: ServerSettings | None = None, *, live_factory: Callable[..., Any] = LiveSwarm
-) -> FastAPI:
-    """The app; `live_factory` builds the live swarm (tests substitute a recorder)."""
+def create_app(settings: ServerSettings | None = None) -> FastAPI:
+    """The coordinator app; its lifespan opens the database and runs the live swarm."""
     settings = settings or ServerSettings()
 
     @asynccontextmanager
@@ -50,7 +47,7 @@ def create_app(
         await anyio.to_thread.run_sync(upgrade_database, settings.database_url)
         engine = make_engine(settings.database_url)
         app.state.session_factory = make_session_factory(engine)
-        live = live_factory(
+        live = LiveSwarm(
             session_factory=app.state.session_factory,
             settings=settings,
             feed=app.state.feed,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import pytest
@@ -24,22 +22,6 @@ from swarmhub.settings import ServerSettings
 BASE = "http://coordinator"
 
 
-@dataclass
-class _QuietLive:
-    """The live swarm is not under test here; checkpoint routes for peers never call into it."""
-
-    session_factory: Any
-    settings: Any
-    feed: Any
-    metrics: Any
-
-    async def start(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-
 def _state(seed: float) -> dict[str, torch.Tensor]:
     return {"model.w": torch.randn(4, 3, generator=torch.Generator().manual_seed(int(seed))) + seed}
 
@@ -48,7 +30,7 @@ async def _scenario(tmp_path) -> None:
     settings = ServerSettings(
         database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", checkpoint_dir=tmp_path / "checkpoints"
     )
-    app = create_app(settings, live_factory=_QuietLive)
+    app = create_app(settings)
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE) as client,

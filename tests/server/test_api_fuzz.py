@@ -27,14 +27,16 @@ OPERATIONS = sorted(
 
 
 @pytest.fixture(scope="module")
-def fuzz_target(tmp_path_factory, recording_live_factory) -> Iterator[tuple[Any, dict[str, str]]]:
-    """An app on SQLite with an admin, a run, a join token and a peer, so ids in paths often exist."""
+def fuzz_target(tmp_path_factory) -> Iterator[tuple[Any, dict[str, str]]]:
+    """The real app, live swarm included, on SQLite with an admin, a run, a join token and a peer,
+    so ids in paths often exist."""
     from fastapi.testclient import TestClient
 
     from server.services.accounts import create_user
 
     url = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'fuzz.sqlite'}"
-    app = create_app(ServerSettings(database_url=url), live_factory=recording_live_factory)
+    checkpoints = tmp_path_factory.mktemp("fuzz-checkpoints")
+    app = create_app(ServerSettings(database_url=url, checkpoint_dir=checkpoints))
     with TestClient(app) as client:
         with app.state.session_factory() as session:
             create_user(session, username="root", password="fuzzing password", role="admin")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swarmhub.wire import PeerRegistered
+from swarmhub.wire import Kicked, PeerRegistered
 
 
 def test_token_is_shown_once_with_a_join_command(api, client, owner_headers, run_id):
@@ -73,20 +73,30 @@ def test_bad_registrations_are_422(api, client, owner_headers, run_id):
     assert client.get(f"/api/runs/{run_id}/peers", headers=owner_headers).json() == []
 
 
-def test_admins_kick_and_ban_peers(api, app, client, admin_headers, owner_headers, run_id):
+def test_admins_kick_and_ban_peers(api, client, admin_headers, owner_headers, run_id, connect_peer):
     token = api.issue_token(owner_headers, run_id)["token"]
-    first = client.post("/api/peers/register", json=api.registration(token, name="flaky")).json()["peer_id"]
-    second = client.post("/api/peers/register", json=api.registration(token, name="evil")).json()["peer_id"]
+    first = connect_peer(token, name="flaky")
+    second = connect_peer(token, name="evil", address="127.0.0.1:7002")
 
-    assert client.post(f"/api/peers/{first}/kick", headers=owner_headers).status_code == 403
-    kicked = client.post(f"/api/peers/{first}/kick", json={"reason": "too slow"}, headers=admin_headers)
+    assert client.post(f"/api/peers/{first.peer_id}/kick", headers=owner_headers).status_code == 403
+    kicked = client.post(
+        f"/api/peers/{first.peer_id}/kick", json={"reason": "too slow"}, headers=admin_headers
+    )
     assert kicked.status_code == 200 and kicked.json()["state"] == "kicked"
-    assert client.post(f"/api/peers/{first}/kick", headers=admin_headers).status_code == 409
-    banned = client.post(f"/api/peers/{second}/ban", headers=admin_headers)
+    # The peer hears it on its control channel, which the coordinator then closes.
+    assert first.expect(Kicked) == Kicked(reason="too slow")
+    closed = first.expect_close(skip=())
+    assert (closed.code, closed.reason) == (1008, "removed: too slow")
+    assert client.post(f"/api/peers/{first.peer_id}/kick", headers=admin_headers).status_code == 409
+
+    banned = client.post(f"/api/peers/{second.peer_id}/ban", headers=admin_headers)
     assert banned.json()["state"] == "banned" and banned.json()["left_at"] is not None
-    assert client.post(f"/api/peers/{second}/ban", headers=admin_headers).status_code == 409
+    assert second.expect(Kicked) == Kicked(reason="banned by an admin")
+    closed = second.expect_close(skip=())
+    assert (closed.code, closed.reason) == (1008, "removed: banned by an admin")
+    assert client.post(f"/api/peers/{second.peer_id}/ban", headers=admin_headers).status_code == 409
     assert client.post("/api/peers/9999/ban", headers=admin_headers).status_code == 404
-    assert app.state.live.kicked == [(first, "too slow"), (second, "banned by an admin")]
+    assert "swarmhub_peers_connected 0.0" in client.get("/metrics").text
 
     # A banned name may not rejoin the run; a kicked one may.
     assert client.post("/api/peers/register", json=api.registration(token, name="evil")).status_code == 403

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swarmhub.presets import PRESETS
+from swarmhub.wire import NoWork, RunStatusChanged, WorkRequest
 
 
 def test_create_run_fills_defaults_and_reports_details(client, owner_headers):
@@ -74,7 +75,9 @@ def test_runs_are_listed_newest_first(client, owner_headers):
     assert [r["id"] for r in client.get("/api/runs", headers=owner_headers).json()] == ids[::-1]
 
 
-def test_pause_resume_archive_state_machine(app, client, owner_headers, run_id):
+def test_pause_resume_archive_state_machine(client, owner_headers, run_id, connect_peer):
+    peer = connect_peer()
+
     def act(action):
         return client.post(f"/api/runs/{run_id}/{action}", headers=owner_headers)
 
@@ -86,8 +89,12 @@ def test_pause_resume_archive_state_machine(app, client, owner_headers, run_id):
     refused = act("resume")
     assert refused.status_code == 409 and refused.json() == {"detail": "cannot resume a run that is archived"}
     assert act("archive").status_code == 409
-    assert app.state.live.status_changes == [(run_id, "paused"), (run_id, "active"), (run_id, "archived")]
-    kinds = [e["kind"] for e in client.get(f"/api/runs/{run_id}/events", headers=owner_headers).json()]
+    # The connected peer heard each change that happened, once, in order.
+    assert [peer.expect(RunStatusChanged).status for _ in range(3)] == ["paused", "active", "archived"]
+    peer.send(WorkRequest())
+    assert peer.expect(NoWork).reason == "run is archived"
+    events = client.get(f"/api/runs/{run_id}/events", headers=owner_headers).json()
+    kinds = [e["kind"] for e in events if e["kind"].startswith("run_")]
     assert kinds == ["run_created", "run_paused", "run_resumed", "run_archived"]
 
 

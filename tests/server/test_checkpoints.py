@@ -14,6 +14,21 @@ import torch
 from peer.model import state_from_bytes, state_to_bytes
 from server.checkpoints import max_stage_bytes
 from server.models import Run
+from swarmhub.wire import (
+    ApplyStep,
+    AveragingDone,
+    CheckpointRequest,
+    MicrobatchDone,
+    NoWork,
+    RunStatusChanged,
+    StageReady,
+    StepApplied,
+    StepBarrier,
+    StepCommitted,
+    SwarmView,
+    WorkGrant,
+    WorkRequest,
+)
 
 
 def _state(seed: float) -> dict[str, torch.Tensor]:
@@ -266,11 +281,62 @@ def test_other_owners_see_nothing(api, app, client, owner_headers, run_id, peer)
     assert client.post(f"/api/runs/{run_id}/checkpoints", headers=bob).status_code == 404
 
 
-def test_owners_request_a_checkpoint(api, app, client, owner_headers, run_id):
+def _ready_pair(connect_peer, run_id: int | None = None):
+    """Two connected peers, one per stage of the run, both ready at step 0."""
+    first = connect_peer(run_id=run_id)
+    second = connect_peer(run_id=run_id, address="127.0.0.1:7002")
+    assert (first.stage, second.stage) == (0, 1)
+    for peer in (first, second):
+        peer.send(StageReady(stage=peer.stage, step=0, origin="initialized"))
+        peer.expect(SwarmView, skip=())
+    return first, second
+
+
+def _take_step(trainer, stage_peers, step: int) -> StepCommitted:
+    """Drive one global step of a one-microbatch run through the real protocol, as peers would."""
+    trainer.send(WorkRequest())
+    grant = trainer.expect(WorkGrant)
+    assert grant.step == step
+    trainer.send(
+        MicrobatchDone(step=step, microbatch_id=grant.microbatch_id, samples=grant.samples, loss=4.5)
+    )
+    for peer in stage_peers:
+        barrier = peer.expect(StepBarrier)
+        assert (barrier.step, barrier.stage, [p.peer_id for p in barrier.group]) == (
+            step,
+            peer.stage,
+            [peer.peer_id],
+        )
+        peer.send(
+            AveragingDone(
+                step=step,
+                attempt=barrier.attempt,
+                stage=peer.stage,
+                contributors=[peer.peer_id],
+                counted=[grant.microbatch_id],
+                grad_sum_norm_sq=1.0,
+            )
+        )
+    for peer in stage_peers:
+        assert peer.expect(ApplyStep).step == step
+        peer.send(StepApplied(step=step, stage=peer.stage))
+    committed = [peer.expect(StepCommitted) for peer in stage_peers]
+    assert committed[0] == committed[1] == StepCommitted(step=step, loss=4.5, next_step=step + 1)
+    return committed[0]
+
+
+def test_owners_request_a_checkpoint(api, client, owner_headers, run_id, connect_peer):
+    first, second = _ready_pair(connect_peer)
+    assert client.post(f"/api/runs/{run_id}/pause", headers=owner_headers).status_code == 200
+    for peer in (first, second):
+        assert peer.expect(RunStatusChanged).status == "paused"
+
+    # Between steps (the run is paused) the request goes out at once: one ready peer per stage.
     response = client.post(f"/api/runs/{run_id}/checkpoints", headers=owner_headers)
     assert response.status_code == 202, response.text
     assert response.json() == {"run_id": run_id, "current_step": 0}
-    assert app.state.live.checkpoint_requests == [run_id]
+    for peer in (first, second):
+        assert peer.expect(CheckpointRequest) == CheckpointRequest(step=0, stage=peer.stage)
     assert _events(client, run_id, owner_headers)[-1]["kind"] == "checkpoint_requested"
 
     # A browser session must echo its CSRF token, as for every other write.
@@ -280,7 +346,40 @@ def test_owners_request_a_checkpoint(api, app, client, owner_headers, run_id):
     csrf = client.cookies["swarmhub_csrf"]
     assert client.post(f"/api/runs/{run_id}/checkpoints", headers={"X-CSRF-Token": csrf}).status_code == 202
     client.cookies.clear()
+    for peer in (first, second):
+        assert peer.expect(CheckpointRequest) == CheckpointRequest(step=0, stage=peer.stage)
 
     assert client.post(f"/api/runs/{run_id}/archive", headers=owner_headers).status_code == 200
     assert client.post(f"/api/runs/{run_id}/checkpoints", headers=owner_headers).status_code == 409
-    assert app.state.live.checkpoint_requests == [run_id, run_id]
+    for peer in (first, second):
+        assert peer.expect(RunStatusChanged).status == "archived"
+        # Nothing more was asked of it: the reply to its next request is the next frame.
+        peer.send(WorkRequest())
+        assert peer.expect(NoWork).reason == "run is archived"
+
+
+def test_a_checkpoint_requested_mid_step_is_taken_at_the_step_boundary(client, owner_headers, connect_peer):
+    body = {"name": "one microbatch a step", "target_batch_size": 8, "microbatch_size": 8}
+    run_id = client.post("/api/runs", json=body, headers=owner_headers).json()["id"]
+    first, second = _ready_pair(connect_peer, run_id)
+
+    response = client.post(f"/api/runs/{run_id}/checkpoints", headers=owner_headers)
+    assert response.status_code == 202 and response.json()["current_step"] == 0
+    # The run is active: nothing is asked now (the next frame is the reply to the trainer's
+    # request, not a CheckpointRequest), but the step that commits next ends with one per stage.
+    _take_step(first, (first, second), step=0)
+    for peer in (first, second):
+        assert peer.expect(CheckpointRequest) == CheckpointRequest(step=1, stage=peer.stage)
+    assert client.get(f"/api/runs/{run_id}", headers=owner_headers).json()["current_step"] == 1
+
+    # Asked once, taken once: the step after that (not a multiple of checkpoint_every_steps) has none.
+    _take_step(second, (first, second), step=1)
+    for peer in (first, second):
+        peer.send(WorkRequest())
+        grant = peer.expect(WorkGrant) if peer is first else peer.expect(NoWork)
+        assert grant.step == 2
+    steps = client.get(f"/api/runs/{run_id}/steps", headers=owner_headers).json()
+    assert [(s["step"], s["loss"], s["samples_counted"]) for s in steps] == [
+        (0, 4.5, [8, 8]),
+        (1, 4.5, [8, 8]),
+    ]
