@@ -242,7 +242,7 @@ class LiveSwarm:
             run = session.get_one(Run, peer.run_id)
             if run.status not in ("active", "paused"):
                 raise PeerRejected(f"run {run.id} is {run.status}")
-            rejoining = peer.state == "lost"
+            rejoining = peer.state != "joining"
             peer.state = "active"
             peer.last_heartbeat = utcnow()
             if hello.throughput > 0:
@@ -397,6 +397,8 @@ class LiveSwarm:
         run = self._runs[link.run_id]
         link.last_seen = time.monotonic()
         if isinstance(message, Heartbeat):
+            if run.links.get(link.peer_id) is not link:
+                return  # a channel that was replaced or removed meanwhile
             link.throughput = message.throughput
             link.queue_length = message.queue_length
             link.samples_done = message.samples_done
