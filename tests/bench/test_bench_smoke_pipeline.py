@@ -1,0 +1,86 @@
+"""The baselines, pipeline, compression and square-cube benchmarks run end to end at smoke sizes.
+
+Each is run as a user runs it (`python -m bench.<name> --smoke --out DIR`); the test checks that it
+wrote its JSON and plot with the expected keys. Figures are timings on a shared machine and are
+never asserted, except the GPipe-equals-one-process loss check, which is exact arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def _run(name: str, out: Path) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", f"bench.{name}", "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, f"bench.{name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    jsons = list(out.glob(f"{name}_*.json"))
+    assert len(jsons) == 1, f"expected one {name} JSON in {out}, found {jsons}"
+    assert jsons[0].with_suffix(".png").is_file(), "the plot was not written"
+    payload = json.loads(jsons[0].read_text())
+    assert payload["benchmark"] == name
+    assert payload["config"]["smoke"] is True
+    assert "torch" in payload["environment"]
+    return payload
+
+
+def test_baselines_smoke(tmp_path: Path) -> None:
+    payload = _run("baselines", tmp_path)
+    rows = {r["system"].split(" (")[0]: r for r in payload["rows"]}
+    assert {"one process", "GPipe, torch.distributed.pipelining", "loss_check"} <= rows.keys()
+    assert rows["one process"]["samples_per_s"] > 0
+    assert rows["loss_check"]["equal"] is True
+
+
+def test_pipeline_smoke(tmp_path: Path) -> None:
+    payload = _run("pipeline", tmp_path)
+    systems = [r["system"] for r in payload["rows"]]
+    assert any(s.startswith("SWARM") for s in systems)
+    assert any(s.startswith("GPipe") for s in systems)
+    swarm = next(r for r in payload["rows"] if r["system"].startswith("SWARM"))
+    assert swarm["samples_per_s"] > 0
+    assert {"vs_one_process", "vs_gpipe", "ideal_samples_per_s", "fraction_of_ideal"} <= swarm.keys()
+    loss_check = next(r for r in payload["rows"] if r["system"] == "loss_check")
+    assert loss_check["equal"] is True
+
+
+def test_compression_smoke(tmp_path: Path) -> None:
+    payload = _run("compression", tmp_path)
+    rows = {r["codec"]: r for r in payload["rows"]}
+    assert {"none", "float16", "int8"} <= rows.keys()
+    for codec in ("none", "float16", "int8"):
+        assert {"wire_bytes_per_step", "frame_bytes", "rel_l2_error", "bytes_per_element"} <= rows[
+            codec
+        ].keys()
+    # Frame sizes are deterministic: 8-bit frames are smaller than 16-bit ones, smaller than 32-bit.
+    assert rows["int8"]["frame_bytes"] < rows["float16"]["frame_bytes"] < rows["none"]["frame_bytes"]
+    assert rows["none"]["rel_l2_error"] == 0.0
+
+
+def test_square_cube_smoke(tmp_path: Path) -> None:
+    payload = _run("square_cube", tmp_path)
+    rows = payload["rows"]
+    assert [r["d_model"] for r in rows] == payload["config"]["sizes"]
+    for row in rows:
+        assert {
+            "compute_ms",
+            "comm_ms_float32",
+            "comm_share_float32",
+            "comm_ms_int8",
+            "comm_share_int8",
+        } <= row.keys()
+        assert 0.0 < row["comm_share_float32"] < 1.0
