@@ -154,12 +154,12 @@ def test_sigkill_of_a_stage_peer_does_not_stop_training() -> None:
         # The busiest peer of that stage: one that certainly serves calls.
         victim = max(by_stage[stage], key=lambda p: p["samples_done"])
         process = next(p for p in swarm.peers if victim["name"] == f"local-{p.index}")
-        process.process.send_signal(signal.SIGKILL)
-        process.process.wait(timeout=30)
-        committed_at_kill = len(swarm.steps(run_id))
-
+        # Freeze it first, as a preempted machine often goes: calls routed to it hang, its heartbeats
+        # stop and the coordinator declares it lost; then SIGKILL resets its connections, so the
+        # calls caught on it fail and are retried on the stage's other peers.
+        process.process.send_signal(signal.SIGSTOP)
         lost_event = wait_until(
-            "the coordinator to report the killed peer lost",
+            "the coordinator to report the frozen peer lost",
             lambda: next(
                 (
                     e
@@ -169,6 +169,9 @@ def test_sigkill_of_a_stage_peer_does_not_stop_training() -> None:
                 None,
             ),
         )
+        process.process.send_signal(signal.SIGKILL)
+        process.process.wait(timeout=30)
+        committed_at_kill = len(swarm.steps(run_id))
         assert lost_event["data"]["stage"] == stage
         try:
             steps = swarm.wait_for_steps(run_id, max_steps, timeout_s=WAIT_S)
