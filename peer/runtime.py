@@ -65,7 +65,8 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 1.0
 AVERAGING_TIMEOUT_S = 120.0
-STATE_FETCH_TIMEOUT_S = 120.0
+STATE_FETCH_BASE_TIMEOUT_S = 10.0
+STATE_FETCH_MIN_BYTES_PER_S = 5e6
 UPLOAD_GRACE_S = 120.0
 
 
@@ -373,8 +374,8 @@ class PeerRuntime:
             module = build_stage(config_for(run.model_preset), assignment.stage, run.num_stages, run.seed)
             worker = StageWorker(module, run, assignment.step, self.device)
             origin = "initialized"
-            if assignment.state_source is not None:
-                await self._fetch_state(worker, assignment)
+            if assignment.state_sources:
+                await self._copy_state(worker, assignment)
                 origin = "copied"
             elif assignment.checkpoint_step is not None:
                 try:
@@ -400,29 +401,40 @@ class PeerRuntime:
         self._say(f"serving stage {assignment.stage} from step {worker.step} ({assignment.reason})")
         await self.control.send(StageReady(stage=assignment.stage, step=worker.step, origin=origin))
 
-    async def _fetch_state(self, worker: StageWorker, assignment: StageAssignment) -> None:
-        assert self.pool is not None and self.registered is not None and assignment.state_source is not None
-        source = assignment.state_source
+    async def _copy_state(self, worker: StageWorker, assignment: StageAssignment) -> None:
+        """Copy the stage's parameters and optimizer state from the first offered peer that answers."""
+        assert self.pool is not None and self.registered is not None and self.control is not None
+        assert self.server is not None
+        run = self.registered.run
         frame = encode_frame(
             kind="fetch_state",
-            run_id=self.registered.run.run_id,
+            run_id=run.run_id,
             stage=assignment.stage,
             microbatch_id="",
             sender=self.registered.peer_id,
             credential=make_credential(self.data_key, self.registered.peer_id),
             step=assignment.step,
         )
-        try:
-            reply = await self.pool.request(source.address, frame, STATE_FETCH_TIMEOUT_S)
-        except TransportError as exc:
-            raise PeerStopped(f"could not fetch stage state from peer {source.peer_id}: {exc}") from exc
-        header, tensors = decode_frame(reply, max_bytes=max_frame_bytes(self.registered.run))
-        if header.kind == "error":
-            raise PeerStopped(f"peer {source.peer_id} refused to share stage state: {header.error}")
-        step = header.info.get("step")
-        if not isinstance(step, int):
-            raise PeerStopped("stage state arrived without its step")
-        worker.import_state(tensors, step)
+        # Generous for the stage's size on a slow link, but not forever on a choked one.
+        timeout = STATE_FETCH_BASE_TIMEOUT_S + max_frame_bytes(run) / STATE_FETCH_MIN_BYTES_PER_S
+        problems = []
+        for source in assignment.state_sources:
+            try:
+                reply = await self.pool.request(source.address, frame, timeout)
+            except TransportError as exc:
+                await self.control.send(PeerUnreachable(peer_id=source.peer_id, reason=str(exc)[:500]))
+                problems.append(f"peer {source.peer_id}: {exc}")
+                continue
+            header, tensors = decode_frame(reply, max_bytes=max_frame_bytes(run))
+            step = header.info.get("step")
+            if header.kind == "result" and isinstance(step, int):
+                break
+            problems.append(f"peer {source.peer_id}: {header.error or 'state without its step'}")
+        else:
+            raise PeerStopped(
+                f"could not copy stage {assignment.stage} from any live peer: " + "; ".join(problems)
+            )
+        await self.server.compute(lambda: worker.import_state(tensors, step))
 
     async def _upload_checkpoint(self, request: CheckpointRequest) -> None:
         assert self.server is not None and self.registered is not None

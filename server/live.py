@@ -88,6 +88,8 @@ UNREACHABLE_REPORTERS = 2
 REBALANCE_PEER_COOLDOWN_S = 30.0
 """A peer that moved stays put this long: its first rates on a new stage are noisy, and moving it
 back on them made peers bounce between stages under churn."""
+STATE_SOURCES = 3
+"""Peers offered to copy a stage's state from, tried in turn (the first may be slow or gone)."""
 JOIN_HOLD_S = 15.0
 """How long a step's averaging waits for peers still copying a stage's state. Without the wait a
 joiner could chase the run forever when steps are quicker than copying a stage."""
@@ -339,7 +341,7 @@ class LiveSwarm:
                 stage=stage,
                 step=step,
                 reason=reason,
-                state_source=sources[0].endpoint() if sources else None,
+                state_sources=[source.endpoint() for source in sources[:STATE_SOURCES]] if step > 0 else [],
                 checkpoint_step=checkpoint_step,
             )
         )

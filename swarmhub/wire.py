@@ -180,8 +180,9 @@ class StageAssignment(Message):
     stage: int
     step: int
     reason: str
-    state_source: PeerEndpoint | None = None
-    """A live peer of the stage to copy parameters and optimizer state from, if any."""
+    state_sources: list[PeerEndpoint] = []
+    """Live peers of the stage to copy parameters and optimizer state from, best first; empty at
+    step 0, when every peer's seeded initialization is the state."""
     checkpoint_step: int | None = None
     """Else the step of the stage checkpoint to start from (None: fresh initialization)."""
 

@@ -13,12 +13,16 @@ from server.security import token_hash
 from server.services.events import record_event
 from server.services.runs import JOINABLE_STATUSES
 
+JOIN_TOKEN_PREFIX = "swh_"
+
 
 def issue_token(session: Session, run: Run, *, label: str) -> tuple[JoinToken, str]:
     """A new token for the run; returns the row and the plaintext, which is not stored."""
     if run.status not in JOINABLE_STATUSES:
         raise Conflict(f"run is {run.status}; it accepts no new peers")
-    plaintext = secrets.token_urlsafe(24)
+    # The prefix names what it is and keeps a token from starting with '-', which a shell
+    # command line (`swarmhub-peer join URL --token ...`) would take for an option.
+    plaintext = JOIN_TOKEN_PREFIX + secrets.token_urlsafe(24)
     token = JoinToken(run_id=run.id, token_hash=token_hash(plaintext), label=label)
     session.add(token)
     session.flush()

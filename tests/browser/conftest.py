@@ -110,7 +110,9 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory, frontend_dist: Path) -
         stop_process(process)
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: Playwright's sync API keeps an event loop running in this thread
+# until it stops, and later tests' asyncio.run() would find it there.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     sync_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():

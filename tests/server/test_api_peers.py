@@ -112,3 +112,10 @@ def test_admins_kick_and_ban_peers(api, client, admin_headers, owner_headers, ru
     assert client.get("/api/admin/peers", headers=owner_headers).status_code == 403
     kinds = [e["kind"] for e in client.get(f"/api/runs/{run_id}/events", headers=owner_headers).json()]
     assert "peer_kicked" in kinds and "peer_banned" in kinds
+
+
+def test_join_tokens_never_look_like_a_command_line_option(api, owner_headers) -> None:
+    run_id = api.client.post("/api/runs", json={"name": "tokens"}, headers=owner_headers).json()["id"]
+    for _ in range(50):
+        token = api.client.post(f"/api/runs/{run_id}/tokens", json={}, headers=owner_headers).json()["token"]
+        assert token.startswith("swh_")

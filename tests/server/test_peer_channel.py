@@ -159,7 +159,7 @@ def test_after_the_hello_a_peer_gets_the_run_its_status_and_a_stage(
     assert status == RunStatusChanged(status="active")
     # It asked for stage 1: the policy would have picked the empty stage 0, the request wins.
     assert (assignment.stage, assignment.step, assignment.reason) == (1, 0, "joined")
-    assert assignment.state_source is None and assignment.checkpoint_step is None
+    assert assignment.state_sources == [] and assignment.checkpoint_step is None
 
     # The policy fills the stage that has no peer, then the weakest one.
     second = connect_peer(name="auto")

@@ -96,6 +96,8 @@ def test_swarm_step_equals_single_process_step(optimizer: str) -> None:
             learning_rate=0.05 if optimizer == "sgd" else 3e-3,
             warmup_steps=0,
             compression="none",
+            # The placement is part of what is compared: two copies of each stage.
+            rebalance=False,
         )
         for stage in (0, 0, 1, 1):
             swarm.start_peer("--stage", str(stage))
