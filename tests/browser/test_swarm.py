@@ -127,14 +127,15 @@ def test_checkpoints_are_listed_downloaded_and_requested(page, coordinator, swar
         swarm.peers.all_exited,
     )
     newest = rows.first  # newest first
-    step = int(newest.get_attribute("data-step") or -1)
-    assert step >= 0 and step % CHECKPOINT_EVERY_STEPS == 0, step
     assert re.search(r"\d+(\.\d+)? (KiB|MiB)", newest.inner_text()), newest.inner_text()
 
     # The link downloads the whole model with the browser's own session (cookies, no bearer token).
-    link = newest.get_by_test_id("checkpoint-download")
-    href = link.get_attribute("href")
-    assert href == f"/api/runs/{swarm.run_id}/checkpoints/{step}/model", href
+    # The step is read from the link itself: the list may gain a newer checkpoint meanwhile.
+    href = newest.get_by_test_id("checkpoint-download").get_attribute("href") or ""
+    match = re.fullmatch(rf"/api/runs/{swarm.run_id}/checkpoints/(\d+)/model", href)
+    assert match, href
+    step = int(match[1])
+    assert step % CHECKPOINT_EVERY_STEPS == 0, step
     response = page.request.get(href)
     assert response.status == 200, response.text()
     assert response.headers["content-type"] == "application/zip"
