@@ -74,7 +74,10 @@ class Trainer:
         self.work_available.set()
 
     def update_swarm(self, peers: list[PeerEndpoint]) -> None:
-        self.addresses = {p.peer_id: p.address for p in peers}
+        addresses = {p.peer_id: p.address for p in peers}
+        for gone in set(self.addresses.values()) - set(addresses.values()):
+            self.pool.abandon(gone)
+        self.addresses = addresses
         for stage, router in enumerate(self.routers):
             members = [p for p in peers if p.stage == stage]
             router.update_peers(

@@ -85,19 +85,24 @@ class FramePool:
         self._max_bytes = max_bytes
         self._pacer = pacer
         self._idle: dict[str, list[ClientConnection]] = {}
+        self._busy: dict[str, set[ClientConnection]] = {}
         self.bytes_sent = 0
         self.bytes_received = 0
 
     async def request(self, address: str, frame: bytes, timeout: float) -> bytes:
         connection = await self._acquire(address, timeout)
+        busy = self._busy.setdefault(address, set())
+        busy.add(connection)
         try:
             await self._pacer.pace(len(frame))
             async with asyncio.timeout(timeout):
                 await connection.send(frame)
                 reply = await connection.recv()
         except (TimeoutError, ConnectionClosed, OSError) as exc:
-            await connection.close()
+            connection.transport.abort()
             raise TransportError(f"peer at {address}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            busy.discard(connection)
         if isinstance(reply, str):
             await connection.close()
             raise TransportError(f"peer at {address} answered with text, not a frame")
@@ -123,9 +128,11 @@ class FramePool:
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
             raise TransportError(f"cannot connect to peer at {address}: {exc}") from exc
 
-    async def forget(self, address: str) -> None:
-        for connection in self._idle.pop(address, []):
-            await connection.close()
+    def abandon(self, address: str) -> None:
+        """Drop every connection to a peer that is gone: requests waiting on it fail at once
+        (and are retried elsewhere) instead of waiting out their timeout on a silent peer."""
+        for connection in [*self._idle.pop(address, []), *self._busy.get(address, ())]:
+            connection.transport.abort()
 
     async def close(self) -> None:
         for address in list(self._idle):
