@@ -194,6 +194,19 @@ class LocalSwarm:
             if len(batch) < 500:
                 return rows
 
+    def peer_rows(self, run_id: int) -> list[dict[str, Any]]:
+        response = self.client.get(f"/api/runs/{run_id}/peers")
+        response.raise_for_status()
+        return response.json()
+
+    def logs(self) -> str:
+        """The coordinator's log without request lines, and each peer's tail: for failure messages."""
+        lines = (self.workdir / "coordinator.log").read_text(errors="replace").splitlines()
+        coordinator = "\n".join(line for line in lines if '"GET /' not in line and '"POST /' not in line)
+        parts = [f"--- coordinator ---\n{coordinator[-4000:]}"]
+        parts += [f"--- peer {p.index} {p.options} ---\n{p.log()[-2500:]}" for p in self.peers]
+        return f"logs in {self.workdir}\n" + "\n".join(parts)
+
     def metrics(self, run_id: int, name: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         while True:

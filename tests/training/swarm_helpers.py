@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from swarmhub.local_swarm import LocalSwarm
-
 # The demo's defaults (`swarmhub demo`): tiny preset, 2 stages, batch 32 in microbatches of 8, seq 64.
 DEMO_RUN: dict[str, Any] = {
     "model_preset": "tiny",
@@ -28,20 +26,6 @@ def wait_until(what: str, predicate: Any, timeout_s: float = 60.0) -> Any:
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up waiting for {what}")
         time.sleep(0.3)
-
-
-def peers_of(swarm: LocalSwarm, run_id: int) -> list[dict[str, Any]]:
-    response = swarm.client.get(f"/api/runs/{run_id}/peers")
-    response.raise_for_status()
-    return response.json()
-
-
-def swarm_logs(swarm: LocalSwarm) -> str:
-    log = (swarm.workdir / "coordinator.log").read_text(errors="replace").splitlines()
-    coordinator = "\n".join(line for line in log if '"GET /api/' not in line)  # not our polling
-    parts = [f"--- coordinator ---\n{coordinator[-3000:]}"]
-    parts += [f"--- peer {p.index} ---\n{p.log()[-3000:]}" for p in swarm.peers]
-    return "\n".join(parts)
 
 
 def assert_books_balance(steps: list[dict[str, Any]], events: list[dict[str, Any]], num_stages: int) -> None:

@@ -25,7 +25,7 @@ from peer.model import config_for
 from peer.runtime import max_frame_bytes
 from swarmhub.local_swarm import LocalSwarm
 from swarmhub.wire import RunSpec
-from tests.training.swarm_helpers import DEMO_RUN, WAIT_S, peers_of, swarm_logs, wait_until
+from tests.training.swarm_helpers import DEMO_RUN, WAIT_S, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -159,11 +159,11 @@ def test_malformed_and_forged_frames_are_refused_and_training_goes_on() -> None:
         try:
             swarm.wait_for_steps(run_id, 3, timeout_s=WAIT_S)
         except (TimeoutError, RuntimeError) as exc:
-            raise AssertionError(f"{exc}\n{swarm_logs(swarm)}") from None
+            raise AssertionError(f"{exc}\n{swarm.logs()}") from None
         spec = _run_spec(swarm.run_detail(run_id))
 
         def one_per_stage() -> list[dict[str, Any]] | None:
-            ps = [p for p in peers_of(swarm, run_id) if p["state"] == "active"]
+            ps = [p for p in swarm.peer_rows(run_id) if p["state"] == "active"]
             return ps if sorted(p["stage"] for p in ps) == list(range(spec.num_stages)) else None
 
         peers = wait_until("one active peer per stage", one_per_stage)
@@ -178,7 +178,7 @@ def test_malformed_and_forged_frames_are_refused_and_training_goes_on() -> None:
         committed = len(swarm.steps(run_id))
         steps = swarm.wait_for_steps(run_id, committed + 5, timeout_s=WAIT_S)
         alive = [p.alive() for p in swarm.peers]
-        final_peers = {p["id"]: p for p in peers_of(swarm, run_id)}
+        final_peers = {p["id"]: p for p in swarm.peer_rows(run_id)}
     finally:
         swarm.stop()
 

@@ -38,9 +38,9 @@ def wait_until(what: str, predicate: Any, swarm: LocalSwarm, timeout_s: float = 
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}\n{logs(swarm)}")
+            raise AssertionError(f"gave up waiting for {what}\n{swarm.logs()}")
         if swarm.peers and not any(p.alive() for p in swarm.peers):
-            raise AssertionError(f"every peer exited while waiting for {what}\n{logs(swarm)}")
+            raise AssertionError(f"every peer exited while waiting for {what}\n{swarm.logs()}")
         time.sleep(0.3)
 
 
@@ -48,24 +48,10 @@ def wait_for_steps(swarm: LocalSwarm, run_id: int, count: int) -> list[dict[str,
     return wait_until(f"{count} steps", lambda: (s := swarm.steps(run_id)) and len(s) >= count and s, swarm)
 
 
-def peers_of(swarm: LocalSwarm, run_id: int) -> list[dict[str, Any]]:
-    response = swarm.client.get(f"/api/runs/{run_id}/peers")
-    response.raise_for_status()
-    return response.json()
-
-
 def assignments_of(swarm: LocalSwarm, run_id: int) -> list[dict[str, Any]]:
     response = swarm.client.get(f"/api/runs/{run_id}/assignments")
     response.raise_for_status()
     return response.json()
-
-
-def logs(swarm: LocalSwarm) -> str:
-    lines = (swarm.workdir / "coordinator.log").read_text(errors="replace").splitlines()
-    coordinator = "\n".join(line for line in lines if '"GET /' not in line and '"POST /' not in line)
-    parts = [f"--- coordinator ---\n{coordinator[-4000:]}"]
-    parts += [f"--- peer {p.index} {p.options} ---\n{p.log()[-2500:]}" for p in swarm.peers]
-    return f"logs in {swarm.workdir}\n" + "\n".join(parts)
 
 
 def kinds(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -121,7 +107,7 @@ def test_peers_piled_on_one_stage_are_spread_and_without_rebalancing_nothing_mov
         assert [s["step"] for s in steps] == list(range(10))
 
         moves = kinds(events, "rebalance")
-        assert moves, logs(swarm)
+        assert moves, swarm.logs()
         first = moves[0]
         assert (first["data"]["from_stage"], first["data"]["to_stage"]) == (0, 1)
         # Stage 1 had no peer, so no step could commit before the move; after it, steps commit.
@@ -130,7 +116,7 @@ def test_peers_piled_on_one_stage_are_spread_and_without_rebalancing_nothing_mov
         assert at(first["created_at"]) <= at(steps[0]["created_at"])
         assert "stage 1" in first["message"] and "stage 0" in first["message"]
 
-        peers = peers_of(swarm, run["id"])
+        peers = swarm.peer_rows(run["id"])
         assert len(peers) == 4
         assert {p["stage"] for p in peers} == {0, 1}, peers
         # What the dashboard shows: every peer joined stage 0 as it asked, then the moves.
@@ -153,14 +139,14 @@ def test_peers_piled_on_one_stage_are_spread_and_without_rebalancing_nothing_mov
         # Without rebalancing, stage 1 stays empty and no step can commit.
         wait_until(
             "4 active peers on stage 0",
-            lambda: [(p["state"], p["stage"]) for p in peers_of(swarm, still["id"])] == [("active", 0)] * 4,
+            lambda: [(p["state"], p["stage"]) for p in swarm.peer_rows(still["id"])] == [("active", 0)] * 4,
             swarm,
         )
         time.sleep(15)  # a bound on waiting for a move that must not come
         events = swarm.events(still["id"])
         assert not kinds(events, "rebalance"), events
         assert swarm.steps(still["id"]) == []
-        assert {p["stage"] for p in peers_of(swarm, still["id"])} == {0}
+        assert {p["stage"] for p in swarm.peer_rows(still["id"])} == {0}
         assert all(a["reason"] == "joined" for a in assignments_of(swarm, still["id"]))
         assert swarm.run_detail(still["id"])["current_step"] == 0
 
@@ -181,7 +167,7 @@ def test_peers_killed_and_replaced_during_training_books_balance() -> None:
         for cycle in range(3):
             # The newcomer is started first (a peer takes a while to import and benchmark) on the
             # stage that will lose a peer; the victim is chosen and killed once it is in.
-            active = [p for p in peers_of(swarm, run["id"]) if p["state"] == "active"]
+            active = [p for p in swarm.peer_rows(run["id"]) if p["state"] == "active"]
             # Alternate stages where they are equally served.
             counts = {s: sum(p["stage"] == s for p in active) for s in range(RUN["num_stages"])}
             stage = max(counts, key=lambda s: (counts[s], s == cycle % 2))
@@ -191,12 +177,12 @@ def test_peers_killed_and_replaced_during_training_books_balance() -> None:
             wait_until(
                 f"{newcomer_name} to join",
                 lambda name=newcomer_name: any(
-                    p["name"] == name and p["state"] == "active" for p in peers_of(swarm, run["id"])
+                    p["name"] == name and p["state"] == "active" for p in swarm.peer_rows(run["id"])
                 ),
                 swarm,
             )
             active = [
-                p for p in peers_of(swarm, run["id"]) if p["state"] == "active" and p["name"] != newcomer_name
+                p for p in swarm.peer_rows(run["id"]) if p["state"] == "active" and p["name"] != newcomer_name
             ]
             per_stage = {s: [p for p in active if p["stage"] == s] for s in range(RUN["num_stages"])}
             # The newcomer's stage if rebalancing left it two others, never the last peer of a stage.
@@ -214,7 +200,7 @@ def test_peers_killed_and_replaced_during_training_books_balance() -> None:
             wait_until(
                 f"peer {victim['id']} to be lost",
                 lambda victim_id=victim["id"]: any(
-                    p["id"] == victim_id and p["state"] == "lost" for p in peers_of(swarm, run["id"])
+                    p["id"] == victim_id and p["state"] == "lost" for p in swarm.peer_rows(run["id"])
                 ),
                 swarm,
             )
@@ -222,7 +208,7 @@ def test_peers_killed_and_replaced_during_training_books_balance() -> None:
 
         steps = wait_for_steps(swarm, run["id"], 30)
         events = swarm.events(run["id"])
-        peers = {p["id"]: p for p in peers_of(swarm, run["id"])}
+        peers = {p["id"]: p for p in swarm.peer_rows(run["id"])}
 
     assert [s["step"] for s in steps] == list(range(len(steps))), "steps commit in order, none skipped"
     losses = [s["loss"] for s in steps]
@@ -246,7 +232,7 @@ def test_coordinator_restart_mid_run_continues_the_same_run_and_steps() -> None:
         for stage in (0, 0, 1, 1):
             swarm.start_peer("--stage", str(stage))
         wait_for_steps(swarm, run["id"], 5)
-        before_peers = {p["id"]: p for p in peers_of(swarm, run["id"])}
+        before_peers = {p["id"]: p for p in swarm.peer_rows(run["id"])}
         assert sorted(p["state"] for p in before_peers.values()) == ["active"] * 4
 
         swarm.stop_coordinator()
@@ -266,14 +252,14 @@ def test_coordinator_restart_mid_run_continues_the_same_run_and_steps() -> None:
         wait_until(
             "the same 4 peers active again",
             lambda: (
-                sorted((p["id"], p["state"]) for p in peers_of(swarm, run["id"]))
+                sorted((p["id"], p["state"]) for p in swarm.peer_rows(run["id"]))
                 == sorted((peer_id, "active") for peer_id in before_peers)
             ),
             swarm,
         )
         events = swarm.events(run["id"])
         detail = swarm.run_detail(run["id"])
-        peers = {p["id"]: p for p in peers_of(swarm, run["id"])}
+        peers = {p["id"]: p for p in swarm.peer_rows(run["id"])}
 
     assert detail["id"] == run["id"] and detail["status"] == "active"
     assert [s["step"] for s in steps] == list(range(len(steps))), "no step repeated or skipped"

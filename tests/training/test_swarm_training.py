@@ -19,8 +19,6 @@ from tests.training.swarm_helpers import (
     DEMO_RUN,
     WAIT_S,
     assert_books_balance,
-    peers_of,
-    swarm_logs,
     wait_until,
 )
 
@@ -42,12 +40,12 @@ def _train(compression: str) -> dict[str, Any]:
         try:
             swarm.wait_for_steps(run["id"], STEPS, timeout_s=WAIT_S)
         except (TimeoutError, RuntimeError) as exc:
-            raise AssertionError(f"{exc}\n{swarm_logs(swarm)}") from None
+            raise AssertionError(f"{exc}\n{swarm.logs()}") from None
         return {
             "run": swarm.run_detail(run["id"]),
             "steps": swarm.steps(run["id"]),
             "events": swarm.events(run["id"]),
-            "peers": peers_of(swarm, run["id"]),
+            "peers": swarm.peer_rows(run["id"]),
             "wire_bytes": swarm.metrics(run["id"], "wire_bytes"),
             "retries": swarm.metrics(run["id"], "retries"),
         }
@@ -143,10 +141,10 @@ def test_sigkill_of_a_stage_peer_does_not_stop_training() -> None:
         try:
             swarm.wait_for_steps(run_id, 10, timeout_s=WAIT_S)
         except (TimeoutError, RuntimeError) as exc:
-            raise AssertionError(f"{exc}\n{swarm_logs(swarm)}") from None
+            raise AssertionError(f"{exc}\n{swarm.logs()}") from None
 
         # The coordinator may move peers between stages (rebalancing): look at where they are now.
-        active = [p for p in peers_of(swarm, run_id) if p["state"] == "active"]
+        active = [p for p in swarm.peer_rows(run_id) if p["state"] == "active"]
         by_stage = {s: [p for p in active if p["stage"] == s] for s in range(DEMO_RUN["num_stages"])}
         assert all(by_stage.values()), by_stage
         stage = max(by_stage, key=lambda s: len(by_stage[s]))
@@ -176,9 +174,9 @@ def test_sigkill_of_a_stage_peer_does_not_stop_training() -> None:
         try:
             steps = swarm.wait_for_steps(run_id, max_steps, timeout_s=WAIT_S)
         except (TimeoutError, RuntimeError) as exc:
-            raise AssertionError(f"{exc}\n{swarm_logs(swarm)}") from None
+            raise AssertionError(f"{exc}\n{swarm.logs()}") from None
         events = swarm.events(run_id)
-        peers = {p["id"]: p for p in peers_of(swarm, run_id)}
+        peers = {p["id"]: p for p in swarm.peer_rows(run_id)}
         retries = sum(m["value"] for m in swarm.metrics(run_id, "retries"))
         survivors_alive = all(p.alive() for p in swarm.peers if p is not process)
         detail = swarm.run_detail(run_id)
