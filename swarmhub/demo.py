@@ -59,6 +59,10 @@ def summarize(swarm: LocalSwarm, run_id: int, started: float, peers: int) -> dic
         "samples_per_s": samples / training_s if training_s else 0.0,
         "peers": peers,
         "failures": sum(1 for e in events if e["kind"] == "peer_lost"),
+        "retries": int(sum(m["value"] for m in swarm.metrics(run_id, "retries"))),
+        "wire_bytes_per_step": (
+            sum(m["value"] for m in swarm.metrics(run_id, "wire_bytes")) / len(steps) if steps else 0.0
+        ),
         "samples_lost": sum(s["samples_lost"] for s in steps),
         "rebalances": sum(1 for e in events if e["kind"] == "rebalance"),
         "wall_s": time.monotonic() - started,
