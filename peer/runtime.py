@@ -53,7 +53,7 @@ from .averaging import Contribution
 from .benchmark import measure_block_throughput
 from .checkpoint_client import CheckpointError, download_stage_checkpoint, upload_stage_checkpoint
 from .control import ControlChannel, control_url
-from .data import SampleSource, load_corpus
+from .data import SampleSource, corpus_fingerprint, load_corpus
 from .frames import decode_frame, encode_frame, make_credential
 from .model import build_stage, config_for
 from .stage_server import StageServer
@@ -158,6 +158,7 @@ class PeerRuntime:
         frame_server = FrameServer(self.server.handle, max_bytes=frame_limit, pacer=pacer)
         await frame_server.start(listener)
         corpus = await asyncio.to_thread(load_corpus, run.dataset)
+        fingerprint = corpus_fingerprint(corpus)
         samples = SampleSource(corpus, run.seq_len, run.seed)
         self.trainer = Trainer(
             run=run,
@@ -176,6 +177,7 @@ class PeerRuntime:
                 peer_id=registered.peer_id,
                 credential=registered.credential,
                 throughput=self.throughput_estimate,
+                corpus_fingerprint=fingerprint,
             ),
             on_message=self.on_message,
             on_disconnect=self._on_control_lost,

@@ -244,6 +244,15 @@ class LiveSwarm:
             run = session.get_one(Run, peer.run_id)
             if run.status not in ("active", "paused"):
                 raise PeerRejected(f"run {run.id} is {run.status}")
+            if hello.corpus_fingerprint:
+                if run.corpus_fingerprint is None:
+                    run.corpus_fingerprint = hello.corpus_fingerprint
+                elif run.corpus_fingerprint != hello.corpus_fingerprint:
+                    # A close reason holds 123 bytes: the fingerprints are 16 hex digits each.
+                    raise PeerRejected(
+                        f"dataset differs from the run's ({hello.corpus_fingerprint[:16]} vs "
+                        f"{run.corpus_fingerprint[:16]}): use the other peers' Python version"
+                    )
             rejoining = peer.state != "joining"
             peer.state = "active"
             peer.last_heartbeat = utcnow()

@@ -114,6 +114,9 @@ class Run(Base):
     max_steps: Mapped[int | None]
     seed: Mapped[int]
     rebalance: Mapped[bool] = mapped_column(default=True)
+    corpus_fingerprint: Mapped[str | None] = mapped_column(sa.String(64))
+    """Digest of the dataset's bytes as the first peer read them; later peers must read the same
+    (the bundled corpus is the running Python's standard library, which differs by version)."""
     """Move peers toward the bottleneck stage; off only to measure what rebalancing buys."""
     status: Mapped[str] = mapped_column(sa.String(16), default="active")
     current_step: Mapped[int] = mapped_column(default=0)

@@ -49,7 +49,7 @@ async def peer_channel(websocket: WebSocket) -> None:
             hello, outbox.put_nowait, lambda code, reason: outbox.put_nowait((code, reason))
         )
     except PeerRejected as exc:
-        await websocket.close(POLICY_VIOLATION, str(exc))
+        await websocket.close(POLICY_VIOLATION, _reason(str(exc)))
         return
     writer = asyncio.create_task(_write(websocket, outbox))
     state, reason = "lost", "channel closed"
@@ -99,11 +99,16 @@ async def _write(websocket: WebSocket, outbox: asyncio.Queue[str | tuple[int, st
         try:
             if isinstance(item, tuple):
                 code, reason = item
-                await websocket.close(code, reason)
+                await websocket.close(code, _reason(reason))
                 return
             await websocket.send_text(item)
         except (RuntimeError, WebSocketDisconnect, OSError):
             return
+
+
+def _reason(text: str) -> str:
+    """A websocket close reason is at most 123 bytes of UTF-8."""
+    return text.encode()[:123].decode(errors="ignore")
 
 
 def _short(exc: Exception) -> str:

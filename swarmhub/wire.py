@@ -66,6 +66,8 @@ class Hello(Message):
     credential: str
     throughput: float = Field(default=0.0, ge=0)
     """Samples per second from the peer's start-up benchmark on the run's model."""
+    corpus_fingerprint: str = Field(default="", max_length=64)
+    """Digest of the dataset as this peer read it; the run's peers must all read the same bytes."""
 
 
 class Heartbeat(Message):

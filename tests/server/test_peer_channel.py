@@ -336,3 +336,21 @@ def test_reconnecting_with_the_same_credential_replaces_the_old_channel(
     new.expect(NoWork)
     assert _peer(client, owner_headers, run_id, old.peer_id)["state"] == "active"
     assert "peer_lost" not in _event_kinds(client, owner_headers, run_id, old.peer_id)
+
+
+def test_a_peer_reading_other_dataset_bytes_is_refused(connect_peer):
+    first_id, first_credential = connect_peer.register()
+    first = connect_peer.open()
+    first.send(Hello(peer_id=first_id, credential=first_credential, corpus_fingerprint="aaaa"))
+    first.expect(Welcome)
+    second_id, second_credential = connect_peer.register()
+    second = connect_peer.open()
+    second.send(Hello(peer_id=second_id, credential=second_credential, corpus_fingerprint="bbbb"))
+    closed = second.expect_close(skip=())
+    assert closed.code == POLICY_VIOLATION
+    assert "dataset differs from the run's (bbbb vs aaaa)" in closed.reason
+    # A peer reading the same bytes is welcome.
+    third_id, third_credential = connect_peer.register()
+    third = connect_peer.open()
+    third.send(Hello(peer_id=third_id, credential=third_credential, corpus_fingerprint="aaaa"))
+    third.expect(Welcome)
