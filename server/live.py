@@ -226,8 +226,7 @@ class LiveSwarm:
 
     def _mark_stale_peers_lost(self, session: Session) -> None:
         """Peers the database thinks are connected lost their channel when the coordinator went down."""
-        for peer in session.query(Peer).filter(Peer.state.in_(("joining", "active"))):
-            peer.state = "lost"
+        session.execute(sa.update(Peer).where(Peer.state.in_(("joining", "active"))).values(state="lost"))
         session.commit()
 
     # ---- channel attach / detach --------------------------------------------------------------
