@@ -41,6 +41,9 @@ class GradientInbox:
             got = self._received.get((step, attempt), {})
             return {s: got[s] for s in senders}
 
+    def senders(self, step: int, attempt: int) -> set[int]:
+        return set(self._received.get((step, attempt), {}))
+
     def drop_through(self, step: int) -> None:
         for key in [k for k in self._received if k[0] <= step]:
             del self._received[key]

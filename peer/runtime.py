@@ -64,9 +64,9 @@ from .transport import FramePool, FrameServer, TransportError, UploadPacer
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 1.0
-AVERAGING_TIMEOUT_S = 120.0
-STATE_FETCH_BASE_TIMEOUT_S = 10.0
-STATE_FETCH_MIN_BYTES_PER_S = 5e6
+TRANSFER_BASE_TIMEOUT_S = 10.0
+TRANSFER_MIN_BYTES_PER_S = 5e6
+"""Stage states and gradient sums are given this much time to move (a slow link, not a choked one)."""
 UPLOAD_GRACE_S = 120.0
 
 
@@ -418,7 +418,7 @@ class PeerRuntime:
             step=assignment.step,
         )
         # Generous for the stage's size on a slow link, but not forever on a choked one.
-        timeout = STATE_FETCH_BASE_TIMEOUT_S + max_frame_bytes(run) / STATE_FETCH_MIN_BYTES_PER_S
+        timeout = TRANSFER_BASE_TIMEOUT_S + max_frame_bytes(run) / TRANSFER_MIN_BYTES_PER_S
         problems = []
         for source in assignment.state_sources:
             try:
@@ -492,20 +492,34 @@ class PeerRuntime:
             info={"counted": counted},
         )
 
+        # Long enough to move a stage's gradients on a slow link, not forever on a choked one.
+        timeout = TRANSFER_BASE_TIMEOUT_S + len(frame) * len(barrier.group) / TRANSFER_MIN_BYTES_PER_S
+
         async def push(address: str) -> None:
-            reply = await self.pool.request(address, frame, AVERAGING_TIMEOUT_S)  # type: ignore[union-attr]
+            reply = await self.pool.request(address, frame, timeout)  # type: ignore[union-attr]
             header, _ = decode_frame(reply, max_bytes=max_frame_bytes(self.registered.run))  # type: ignore[union-attr]
             if header.kind == "error":
                 raise TransportError(f"gradient push refused: {header.error}")
 
+        members = {p.peer_id for p in others}
         try:
-            async with asyncio.timeout(AVERAGING_TIMEOUT_S):
-                await asyncio.gather(*(push(p.address) for p in others))
-                received = await self.server.inbox.wait_for(
-                    barrier.step, barrier.attempt, {p.peer_id for p in others}
-                )
+            async with asyncio.timeout(timeout):
+                pushed = await asyncio.gather(*(push(p.address) for p in others), return_exceptions=True)
+                failed = {p.peer_id for p, result in zip(others, pushed, strict=True) if result is not None}
+                if failed:
+                    raise TransportError(f"gradient push to peers {sorted(failed)} failed")
+                received = await self.server.inbox.wait_for(barrier.step, barrier.attempt, members)
         except (TransportError, TimeoutError) as exc:
-            # A member vanished: the coordinator will notice and start a new attempt without it.
+            # Name the members that did not deliver: the coordinator marks them lost on enough such
+            # reports and starts a new attempt without them.
+            arrived = self.server.inbox.senders(barrier.step, barrier.attempt)
+            for peer_id in sorted(members - arrived):
+                await self.control.send(
+                    PeerUnreachable(
+                        peer_id=peer_id,
+                        reason=f"no gradients for step {barrier.step} within {timeout:.0f}s: {exc}"[:500],
+                    )
+                )
             log.warning("averaging step %d attempt %d stalled: %s", barrier.step, barrier.attempt, exc)
             return
         contributions = [Contribution(grads=mine, counted=counted), *received.values()]

@@ -465,6 +465,12 @@ class LiveSwarm:
             if now - when > UNREACHABLE_WINDOW_S:
                 del reports[peer_id]
         needed = min(UNREACHABLE_REPORTERS, len(run.links) - 1)
+        round_ = (
+            run.rounds.get(target.stage) if run.phase == "averaging" and target.stage is not None else None
+        )
+        if round_ is not None and {target.peer_id, reporter.peer_id} <= round_.group:
+            # Within an averaging group every other member waits on it: all of them may report.
+            needed = min(needed, len(round_.group) - 1)
         if len(reports) < needed:
             return
         del run.unreachable[target.peer_id]
