@@ -28,15 +28,21 @@ STEPS = 100
 
 
 def _train(compression: str) -> dict[str, Any]:
-    """Train 100 steps with 4 auto-placed peers; everything the tests look at, read back over REST."""
+    """Train 100 steps on 2 stages x 2 peers; everything the tests look at, read back over REST.
+
+    The placement is fixed (--stage, rebalancing off): the test checks each stage's two copies."""
     swarm = LocalSwarm()
     try:
         swarm.start()
         run = swarm.create_run(
-            name=f"training test, {compression}", compression=compression, max_steps=STEPS, **DEMO_RUN
+            name=f"training test, {compression}",
+            compression=compression,
+            max_steps=STEPS,
+            rebalance=False,
+            **DEMO_RUN,
         )
-        for _ in range(4):
-            swarm.start_peer()
+        for stage in (0, 0, 1, 1):
+            swarm.start_peer("--stage", str(stage))
         try:
             swarm.wait_for_steps(run["id"], STEPS, timeout_s=WAIT_S)
         except (TimeoutError, RuntimeError) as exc:
