@@ -16,6 +16,7 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 COPY pyproject.toml README.md* ./
 COPY swarmhub/ swarmhub/
+COPY launch/ launch/
 COPY server/ server/
 COPY peer/ peer/
 COPY migrations/ migrations/

@@ -5,21 +5,47 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 FRONTEND_STAMP := frontend/dist/index.html
 
-.PHONY: demo test lint install frontend services clean
+LOCK := requirements.lock
 
-$(STAMP): pyproject.toml
+.PHONY: demo test lint install lock audit frontend generate services clean
+
+# Every dependency comes from the lock, each file checked against its hash; the project itself adds
+# none of its own (--no-deps), so nothing unpinned gets in.
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[server,peer,dev]'
+	$(BIN)/pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Regenerate the lock from pyproject.toml's ranges, keeping the pins that still satisfy them
+# (LOCK_FLAGS=--upgrade moves every pin to the newest allowed). pip's own configuration supplies
+# the indexes, so this machine's CPU torch wheel is the one whose hash is recorded.
+lock:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/pip-compile || $(BIN)/pip install --quiet pip-tools
+	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+		--extra server --extra peer --extra dev --no-emit-index-url --no-emit-find-links \
+		$(LOCK_FLAGS) --output-file $(LOCK) pyproject.toml
+
+# Known vulnerabilities in the locked versions; skips with a message where the advisory service
+# cannot be reached (see docs/security.md).
+audit: install
+	$(BIN)/python .ci/audit.py $(LOCK)
 
 frontend: $(FRONTEND_STAMP)
 
 $(FRONTEND_STAMP): $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -type f -print 2>/dev/null)
 	.ci/ensure-node
 	cd frontend && npm ci --no-audit --no-fund && npm run build
+
+# The dashboard's TypeScript models and API client from the server's code (commit the result;
+# tests/browser/test_generated_types.py checks it is current).
+generate: install
+	.ci/ensure-node
+	$(BIN)/python frontend/scripts/export_schemas.py
+	cd frontend && { test -d node_modules || npm ci --no-audit --no-fund; } && npm run --silent generate
 
 demo: install frontend
 	$(BIN)/swarmhub demo --peers 4 --stages 2 --keep-serving
@@ -31,7 +57,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: install frontend services lint
+test: install frontend services lint audit
 	SWARMHUB_TEST_POSTGRES_URL=$${SWARMHUB_TEST_POSTGRES_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test} \
 	SWARMHUB_TEST_REQUIRE_ALL=1 \
 	$(BIN)/pytest -m '' -p no:cacheprovider

@@ -27,9 +27,12 @@ import torch
 import torch.nn.functional as F
 
 from bench.report import RESULTS_DIR, print_table, write_results
-from peer.data import STDLIB_DATASET, SampleSource, load_corpus
-from peer.model import build_full_model, build_stage, config_for, full_forward_loss
+from peer.data import SampleSource
+from peer.model import build_full_model, build_stage, full_forward_loss
 from peer.stage_worker import apply_gradients, make_optimizer
+from server.datasets.store import stdlib_corpus
+from swarmhub.datasets import BUNDLED_DATASET
+from swarmhub.presets import get_preset
 from swarmhub.schedule import clip_scale, learning_rate
 from swarmhub.wire import RunSpec
 
@@ -61,7 +64,7 @@ class TrainConfig:
             run_id=0,
             name="baseline",
             model_preset=self.preset,
-            dataset=STDLIB_DATASET,
+            dataset=BUNDLED_DATASET,
             num_stages=self.num_stages,
             target_batch_size=self.batch_size,
             microbatch_size=self.microbatch_size,
@@ -100,8 +103,8 @@ def single_process(cfg: TrainConfig, steps: int, warmup: int, threads: int) -> d
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        source = SampleSource(load_corpus(STDLIB_DATASET), cfg.seq_len, cfg.seed)
-        stages = build_full_model(config_for(cfg.preset), cfg.num_stages, cfg.seed)
+        source = SampleSource(stdlib_corpus(), cfg.seq_len, cfg.seed)
+        stages = build_full_model(get_preset(cfg.preset), cfg.num_stages, cfg.seed)
         spec = cfg.run_spec()
         optimizers = [make_optimizer(spec, list(s.parameters())) for s in stages]
         losses: list[float] = []
@@ -160,13 +163,13 @@ def _gpipe_worker(rank: int, cfg: TrainConfig, steps: int, warmup: int, port: in
     world = cfg.num_stages
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        config = config_for(cfg.preset)
-        module = build_stage(config, rank, world, cfg.seed)
+        preset = get_preset(cfg.preset)
+        module = build_stage(preset, rank, world, cfg.seed)
         mb = cfg.microbatch_size
         example = (
             torch.zeros(mb, cfg.seq_len, dtype=torch.long)
             if rank == 0
-            else torch.zeros(mb, cfg.seq_len, config.d_model)
+            else torch.zeros(mb, cfg.seq_len, preset.d_model)
         )
         stage = PipelineStage(module, rank, world, torch.device("cpu"), input_args=(example,))
 
@@ -175,7 +178,7 @@ def _gpipe_worker(rank: int, cfg: TrainConfig, steps: int, warmup: int, port: in
 
         schedule = ScheduleGPipe(stage, n_microbatches=cfg.microbatches, loss_fn=loss_fn)
         optimizer = make_optimizer(cfg.run_spec(), list(module.parameters()))
-        source = SampleSource(load_corpus(STDLIB_DATASET), cfg.seq_len, cfg.seed)
+        source = SampleSource(stdlib_corpus(), cfg.seq_len, cfg.seed)
         losses: list[float] = []
         timed_s = 0.0
         for step in range(steps):

@@ -1,6 +1,7 @@
 """Compression: the same SwarmHub run with activations and gradients sent as float32, float16 or int8.
 
-For each codec, in one run: data-plane bytes per global step (the run's 'wire_bytes' metric), the
+For each codec, in one run: data-plane bytes per global step (the run's 'wire_bytes' metric: the
+trainers' stage calls), the bytes gradient averaging adds per step (real push frames, counted), the
 size of one forward frame carrying a demo-shaped activation (peer.frames.encode_frame), the loss
 after a fixed number of steps, and the codec's reconstruction error on that activation (seeded:
 the activation is stage 0's output on the first microbatch of the bundled corpus).
@@ -22,37 +23,63 @@ import torch
 from bench.baselines import TrainConfig
 from bench.pipeline import Scenario, run_swarm
 from bench.report import RESULTS_DIR, print_table, write_results
+from peer.averaging import contribution_frame
 from peer.compression import get_codec
-from peer.data import STDLIB_DATASET, SampleSource, load_corpus
+from peer.data import SampleSource
+from peer.frame_headers import ForwardCall, PushGrads
 from peer.frames import encode_frame
-from peer.model import build_stage, config_for
+from peer.model import build_stage
+from server.datasets.store import stdlib_corpus
+from swarmhub.presets import get_preset
 
 CODEC_NAMES = ("none", "float16", "int8")
 
 
 def demo_activation(cfg: TrainConfig) -> torch.Tensor:
     """Stage 0's output [microbatch, seq_len, d_model] on the run's first microbatch."""
-    source = SampleSource(load_corpus(STDLIB_DATASET), cfg.seq_len, cfg.seed)
+    source = SampleSource(stdlib_corpus(), cfg.seq_len, cfg.seed)
     inputs, _ = source.batch(0, cfg.microbatch_size)
     with torch.no_grad():
-        return build_stage(config_for(cfg.preset), 0, cfg.num_stages, cfg.seed)(inputs)
+        return build_stage(get_preset(cfg.preset), 0, cfg.num_stages, cfg.seed)(inputs)
 
 
 def frame_bytes(activation: torch.Tensor, codec: str) -> int:
-    return len(
-        encode_frame(
-            kind="forward",
-            run_id=1,
-            stage=1,
-            microbatch_id="1:0",
-            sender=1,
-            credential="x" * 64,
-            step=0,
-            tensors={"x": activation},
-            codec=codec,
-            info={"samples": activation.shape[0], "timeout_s": 30.0},
-        )
+    header = ForwardCall(
+        run_id=1,
+        sender=1,
+        stage=1,
+        step=0,
+        microbatch_id="1:0",
+        samples=activation.shape[0],
+        timeout_s=30.0,
     )
+    return len(encode_frame(header, {"x": activation}, codec))
+
+
+def averaging_bytes_per_step(cfg: TrainConfig, codec: str, peers: int) -> int:
+    """Bytes a step's gradient averaging moves: each of a stage's k members sends its sum, a real
+    push frame of the stage's size (`contribution_frame`, counting its share of the step's
+    microbatches), to the k - 1 others. Peers are spread evenly over the stages, as the
+    coordinator places a homogeneous swarm (any remainder on the first stages)."""
+    preset = get_preset(cfg.preset)
+    microbatches = cfg.batch_size // cfg.microbatch_size
+    total = 0
+    for stage in range(cfg.num_stages):
+        members = peers // cfg.num_stages + (1 if stage < peers % cfg.num_stages else 0)
+        size = sum(p.numel() for p in build_stage(preset, stage, cfg.num_stages, cfg.seed).parameters())
+        grads = torch.randn(size, generator=torch.Generator().manual_seed(stage))
+        for member in range(members):
+            header = PushGrads(
+                run_id=1,
+                sender=member + 1,
+                stage=stage,
+                step=100,
+                attempt=0,
+                counted=[f"100:{i}" for i in range(member, microbatches, members)],
+            )
+            frame, _ = contribution_frame(header, grads, codec)
+            total += len(frame) * (members - 1)
+    return total
 
 
 def reconstruction(activation: torch.Tensor, codec_name: str, repeats: int) -> dict[str, float]:
@@ -95,10 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         runs.append(run)
         wire = [w for w in run["wire_bytes_per_step"][warmup:] if w is not None]
+        stage_calls = statistics.fmean(wire) if wire else None
+        averaging = averaging_bytes_per_step(cfg, codec, peers)
         rows.append(
             {
                 "codec": codec,
-                "wire_bytes_per_step": statistics.fmean(wire) if wire else None,
+                "wire_bytes_per_step": stage_calls,
+                "averaging_bytes_per_step": averaging,
+                "total_bytes_per_step": stage_calls + averaging if stage_calls is not None else None,
                 "frame_bytes": frame_bytes(activation, codec),
                 f"loss_after_{steps}_steps": run["losses"][-1],
                 "samples_per_s": run["samples_per_s"],
@@ -106,14 +137,21 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
     base = rows[0]["wire_bytes_per_step"]
+    base_total = rows[0]["total_bytes_per_step"]
     for row in rows:
         row["wire_vs_none"] = (
             row["wire_bytes_per_step"] / base if base and row["wire_bytes_per_step"] else None
+        )
+        row["total_vs_none"] = (
+            row["total_bytes_per_step"] / base_total if base_total and row["total_bytes_per_step"] else None
         )
     columns = [
         "codec",
         "wire_bytes_per_step",
         "wire_vs_none",
+        "averaging_bytes_per_step",
+        "total_bytes_per_step",
+        "total_vs_none",
         "frame_bytes",
         f"loss_after_{steps}_steps",
         "samples_per_s",

@@ -43,6 +43,7 @@ from typing import Any
 import httpx
 
 from bench.report import RESULTS_DIR, print_table, write_results
+from tests.server.probe_responder import ProbeResponder
 
 DEFAULT_POSTGRES_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 HEARTBEAT_PERIOD_S = 1.0
@@ -133,8 +134,11 @@ class BenchDatabase:
 # ---- registration ---------------------------------------------------------------------------
 
 
-async def register_peers(base_url: str, token: str, count: int, concurrency: int) -> dict[str, Any]:
-    """`count` real registrations through the API, `concurrency` at a time."""
+async def register_peers(
+    base_url: str, token: str, count: int, concurrency: int, announce: str
+) -> dict[str, Any]:
+    """`count` real registrations through the API, `concurrency` at a time, all announcing the
+    one endpoint that answers the coordinator's reachability probe for every simulated peer."""
     semaphore = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
     peers: list[tuple[int, str]] = []
@@ -144,7 +148,8 @@ async def register_peers(base_url: str, token: str, count: int, concurrency: int
         async def one(index: int) -> None:
             body = {
                 "join_token": token,
-                "address": f"127.0.0.1:{20000 + index % 40000}",
+                "listen_port": int(announce.rsplit(":", 1)[1]),
+                "announce": announce,
                 "device": "cpu",
                 "device_name": "simulated",
                 "throughput": round(random.uniform(5, 50), 2),
@@ -454,7 +459,7 @@ def _rebalance_call(module: Any, peers: list[tuple[int, float]], num_stages: int
 
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
-    from swarmhub.local_swarm import LocalSwarm
+    from launch.local_swarm import LocalSwarm
 
     database = BenchDatabase(args.postgres_server) if args.database == "postgres" else None
     swarm = LocalSwarm(
@@ -462,6 +467,9 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     )
     context = mp.get_context("spawn")
     children: list[Any] = []
+    # Simulated peers have no data plane of their own: one real endpoint answers the coordinator's
+    # reachability probe for all of them, so they are placed on stages as reachable peers are.
+    responder = ProbeResponder()
     try:
         swarm.start()
         assert swarm.coordinator is not None
@@ -471,9 +479,19 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         ws_url = swarm.url.replace("http://", "ws://") + "/ws/peer"
 
         total = args.peers + args.probes
+        issued = swarm.client.post(
+            f"/api/runs/{run['id']}/tokens", json={"label": "load", "max_peers": total}
+        )
+        issued.raise_for_status()
         print(f"registering {total} peers ({args.register_concurrency} at a time)...", flush=True)
-        registered = asyncio.run(register_peers(swarm.url, swarm.token, total, args.register_concurrency))
+        registered = asyncio.run(
+            register_peers(
+                swarm.url, issued.json()["token"], total, args.register_concurrency, responder.address
+            )
+        )
         peers = registered["peers"]
+        for peer_id, credential in peers:
+            responder.know(peer_id, credential)
         probe_peers, load_peers = peers[: args.probes], peers[args.probes :]
 
         async def phase(load: bool) -> dict[str, Any]:
@@ -566,6 +584,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             if child.is_alive():
                 child.terminate()
         swarm.stop()
+        responder.close()
         if database is not None:
             database.drop()
 

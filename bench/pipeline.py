@@ -26,7 +26,7 @@ import httpx
 
 from bench.baselines import TrainConfig, gpipe, loss_check, print_loss_check, single_process
 from bench.report import RESULTS_DIR, print_table, write_results
-from swarmhub.local_swarm import LocalSwarm
+from launch.local_swarm import LocalSwarm
 
 
 @dataclass(kw_only=True)

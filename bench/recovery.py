@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import RESULTS_DIR, print_table, write_results
-from swarmhub.local_swarm import LocalSwarm
+from launch.local_swarm import LocalSwarm
 
 RECOVERED_FRACTION = 0.9
 

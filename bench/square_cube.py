@@ -22,16 +22,17 @@ import torch
 
 from bench.report import RESULTS_DIR, print_table, write_results
 from peer.compression import INT8_BLOCKSIZE
-from peer.model import Block, ModelConfig
+from peer.model import Block
+from swarmhub.presets import ModelPreset
 
 BYTES_PER_ELEMENT = {"float32": 4.0, "int8": 1.0 + 4.0 / INT8_BLOCKSIZE}
 
 
 def stage_compute_s(d: int, blocks: int, microbatch: int, seq_len: int, iterations: int) -> float:
     """Mean seconds of forward + backward through `blocks` blocks of width d (one warm-up call first)."""
-    config = ModelConfig(d_model=d, n_layer=blocks, n_head=max(1, d // 64), max_seq_len=seq_len)
+    preset = ModelPreset(name=f"d{d}", d_model=d, n_layer=blocks, n_head=max(1, d // 64), max_seq_len=seq_len)
     torch.manual_seed(0)
-    stage = torch.nn.Sequential(*(Block(config) for _ in range(blocks)))
+    stage = torch.nn.Sequential(*(Block(preset) for _ in range(blocks)))
     x = torch.randn(microbatch, seq_len, d, requires_grad=True)
 
     def call() -> None:

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import RESULTS_DIR, print_table, write_results
+from swarmhub.tls import DataPlaneCertificate
 
 MAX_FRAME_BYTES = 80 * 1024 * 1024 + (1 << 20)
 ACK = b"ok"
-CREDENTIAL = "0" * 64
 
 # (preset, microbatch, seq_len): the demo's shape first, then larger models.
 HOP_CASES = [("tiny", 8, 64), ("small", 8, 256), ("medium", 8, 256)]
@@ -49,14 +49,15 @@ def percentile(values: list[float], q: float) -> float:
 # ---- the remote side: a FrameServer in its own process ---------------------------------------
 
 
-def _serve(port_pipe: Any, threads: int) -> None:
+def _serve(port_pipe: Any, threads: int, certificate: DataPlaneCertificate | None) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    asyncio.run(_serve_async(port_pipe))
+    asyncio.run(_serve_async(port_pipe, certificate))
 
 
-async def _serve_async(port_pipe: Any) -> None:
+async def _serve_async(port_pipe: Any, certificate: DataPlaneCertificate | None) -> None:
+    from peer.frame_headers import ForwardReply
     from peer.frames import MAGIC, decode_frame, encode_frame
     from peer.transport import FrameServer, UploadPacer
 
@@ -66,35 +67,45 @@ async def _serve_async(port_pipe: Any) -> None:
         header, tensors = decode_frame(data, max_bytes=MAX_FRAME_BYTES)
         # Answer with a tensor of the same shape (as a forward output or an input gradient would be).
         return encode_frame(
-            kind="result",
-            run_id=header.run_id,
-            stage=header.stage,
-            microbatch_id=header.microbatch_id,
-            sender=0,
-            credential=CREDENTIAL,
-            step=header.step,
-            tensors={"grad": tensors["x"]},
-            codec=header.tensors[0].codec,
+            ForwardReply(run_id=header.run_id, sender=0), {"grad": tensors["x"]}, header.tensors[0].codec
         )
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
-    server = FrameServer(handler, max_bytes=MAX_FRAME_BYTES, pacer=UploadPacer(None))
+    server = FrameServer(
+        handler,
+        max_bytes=MAX_FRAME_BYTES,
+        pacer=UploadPacer(None),
+        answer_text=lambda _: None,
+        ssl_context=None if certificate is None else certificate.server_context(),
+    )
     await server.start(listener)
     port_pipe.send(listener.getsockname()[1])
     await asyncio.Event().wait()
 
 
 class RemoteServer:
-    def __init__(self, threads: int = 1) -> None:
+    """A frame server in another process; over TLS with `certificate` (callers pin `fingerprint`)."""
+
+    def __init__(self, threads: int = 1, certificate: DataPlaneCertificate | None = None) -> None:
+        self.fingerprint = "" if certificate is None else certificate.fingerprint
         context = mp.get_context("spawn")
         parent, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, threads), daemon=True)
+        self.process = context.Process(target=_serve, args=(child, threads, certificate), daemon=True)
         self.process.start()
         if not parent.poll(60):
             raise RuntimeError("frame server did not start")
         self.address = f"127.0.0.1:{parent.recv()}"
+
+    def pool(self) -> Any:
+        """A client pool that dials this server as a peer would (pinned wss when it has a certificate)."""
+        from peer.transport import FramePool, UploadPacer
+        from swarmhub.wire import PeerEndpoint
+
+        pool = FramePool(max_bytes=MAX_FRAME_BYTES, pacer=UploadPacer(None))
+        pool.learn([PeerEndpoint(peer_id=1, address=self.address, stage=0, fingerprint=self.fingerprint)])
+        return pool
 
     def stop(self) -> None:
         self.process.terminate()
@@ -107,11 +118,12 @@ class RemoteServer:
 def stage_compute(preset: str, microbatch: int, seq_len: int, reps: int) -> dict[str, Any]:
     import torch
 
-    from peer.model import build_stage, config_for
+    from peer.model import build_stage
     from peer.stage_worker import StageWorker
+    from swarmhub.presets import VOCAB_SIZE, get_preset
     from swarmhub.wire import RunSpec
 
-    config = config_for(preset)
+    shape = get_preset(preset)
     spec = RunSpec(
         run_id=1,
         name="bench",
@@ -128,11 +140,11 @@ def stage_compute(preset: str, microbatch: int, seq_len: int, reps: int) -> dict
         compression="none",
     )
     device = torch.device("cpu")
-    first = StageWorker(build_stage(config, 0, 2, seed=0), spec, 0, device)
-    last = StageWorker(build_stage(config, 1, 2, seed=0), spec, 0, device)
+    first = StageWorker(build_stage(shape, 0, 2, seed=0), spec, 0, device)
+    last = StageWorker(build_stage(shape, 1, 2, seed=0), spec, 0, device)
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, config.vocab_size, (microbatch, seq_len), generator=g)
-    targets = torch.randint(0, config.vocab_size, (microbatch, seq_len), generator=g)
+    ids = torch.randint(0, VOCAB_SIZE, (microbatch, seq_len), generator=g)
+    targets = torch.randint(0, VOCAB_SIZE, (microbatch, seq_len), generator=g)
     first_times, last_times = [], []
     activations = first.forward(0, ids)
     for rep in range(reps + 1):
@@ -174,32 +186,31 @@ def codec_times(activation: Any, codec: str, reps: int) -> dict[str, float]:
 
 
 def _frame(activation: Any, codec: str) -> bytes:
+    from peer.frame_headers import ForwardCall
     from peer.frames import encode_frame
 
-    return encode_frame(
-        kind="forward",
+    header = ForwardCall(
         run_id=1,
-        stage=1,
-        microbatch_id="t0:1",
         sender=1,
-        credential=CREDENTIAL,
+        stage=1,
         step=0,
-        tensors={"x": activation},
-        codec=codec,
+        microbatch_id="t0:1",
+        samples=activation.shape[0],
+        timeout_s=60.0,
     )
+    return encode_frame(header, {"x": activation}, codec)
 
 
-async def hop_round_trips(address: str, activation: Any, codec: str, reps: int) -> list[float]:
+async def hop_round_trips(server: RemoteServer, activation: Any, codec: str, reps: int) -> list[float]:
     """End-to-end stage-call communication: encode, send, remote decode+encode, receive, decode."""
     from peer.frames import decode_frame
-    from peer.transport import FramePool, UploadPacer
 
-    pool = FramePool(max_bytes=MAX_FRAME_BYTES, pacer=UploadPacer(None))
+    pool = server.pool()
     times = []
     try:
         for rep in range(reps + 3):
             started = time.perf_counter()
-            reply = await pool.request(address, _frame(activation, codec), timeout=60)
+            reply = await pool.request(server.address, _frame(activation, codec), timeout=60)
             header, tensors = decode_frame(reply, max_bytes=MAX_FRAME_BYTES)
             elapsed = time.perf_counter() - started
             assert tensors["grad"].shape == activation.shape, header
@@ -213,16 +224,14 @@ async def hop_round_trips(address: str, activation: Any, codec: str, reps: int) 
 # ---- (b) raw throughput --------------------------------------------------------------------
 
 
-async def raw_throughput(address: str, megabytes: int, reps: int) -> list[float]:
-    from peer.transport import FramePool, UploadPacer
-
-    pool = FramePool(max_bytes=MAX_FRAME_BYTES, pacer=UploadPacer(None))
+async def raw_throughput(server: RemoteServer, megabytes: int, reps: int) -> list[float]:
+    pool = server.pool()
     payload = os.urandom(megabytes * 1024 * 1024)
     times = []
     try:
         for rep in range(reps + 1):
             started = time.perf_counter()
-            reply = await pool.request(address, payload, timeout=120)
+            reply = await pool.request(server.address, payload, timeout=120)
             elapsed = time.perf_counter() - started
             assert reply == ACK
             if rep >= 1:
@@ -258,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             activation = compute["activation"]
             for codec in ("none", "int8"):
                 codecs = codec_times(activation, codec, hop_reps)
-                trips = asyncio.run(hop_round_trips(server.address, activation, codec, hop_reps))
+                trips = asyncio.run(hop_round_trips(server, activation, codec, hop_reps))
                 call = statistics.median(trips)
                 rows.append(
                     {
@@ -283,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         for megabytes in sizes_mb:
             reps = 3 if args.smoke else max(5, 80 // megabytes)
             print(f"throughput: {megabytes} MB x {reps}...", flush=True)
-            times = asyncio.run(raw_throughput(server.address, megabytes, reps))
+            times = asyncio.run(raw_throughput(server, megabytes, reps))
             rows.append(
                 {
                     "part": "throughput",

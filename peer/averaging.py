@@ -4,14 +4,34 @@ At a step barrier every member sends its accumulated gradient sum (and the micro
 to every other member and sums what it receives: an all-to-all exchange, simple and exact for the
 handful of peers a stage has (each sends (K-1) x stage size). The sum is held until the
 coordinator confirms every member averaged over the same peers; only then is the step applied.
+
+Sums travel with the run's codec. A lossy codec must not let members drift apart (each stage's
+members stay bit-identical), so a member adds its own contribution as the others receive it:
+decoded from the very frame it sends. Every member then sums the same decoded tensors in the same
+order (by sender id) and gets the same bits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor
+
+from swarmhub.wire import ApplyStep, AveragingDone, PeerUnreachable, StepApplied, StepBarrier
+
+from .frame_auth import AuthError
+from .frame_headers import ErrorReply, PushGrads
+from .frames import FrameError, Payload, assemble, assemble_call, decode_payload, encode_payload, open_reply
+from .transport import TransportError, transfer_timeout_s
+
+if TYPE_CHECKING:
+    from .joined import JoinedPeer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -20,30 +40,176 @@ class Contribution:
     counted: list[str]
 
 
+def contribution(header: PushGrads, grads: Tensor, codec: str) -> tuple[Payload, Tensor]:
+    """The push payload for `grads` (encoded once, sent to every member in a frame addressed to it),
+    and `grads` as every receiver will decode it from that payload."""
+    payload = encode_payload({"grads": grads}, codec)
+    decoded = decode_payload(header.model_copy(update={"tensors": payload.metas}), b"".join(payload.blobs))
+    _ = payload.digest  # hashed here, on the compute thread, not on the event loop when signing
+    return payload, decoded["grads"]
+
+
+def contribution_frame(header: PushGrads, grads: Tensor, codec: str) -> tuple[bytes, Tensor]:
+    """One unsigned push frame for `grads` and `grads` as decoded from it (measurements, tests)."""
+    payload, decoded = contribution(header, grads, codec)
+    return assemble(header, payload), decoded
+
+
+def sum_contributions(grads: dict[int, Tensor]) -> Tensor:
+    """Sender id -> decoded contribution, summed in sender order so every member adds alike."""
+    return torch.stack([grads[sender] for sender in sorted(grads)]).sum(dim=0)
+
+
 class GradientInbox:
-    """Contributions received from other members, keyed by (step, attempt, sender)."""
+    """Contributions received from other members: per step, each sender's newest attempt only, so a
+    sender holds at most one sum here per step however many attempts it names (the stage server
+    takes pushes only for the step it is at, and only from authenticated senders)."""
 
     def __init__(self) -> None:
-        self._received: dict[tuple[int, int], dict[int, Contribution]] = {}
+        self._received: dict[int, dict[int, tuple[int, Contribution]]] = {}
+        """Step -> sender -> (attempt, contribution)."""
         self._changed = asyncio.Condition()
 
     async def put(self, step: int, attempt: int, sender: int, grads: Tensor, counted: list[str]) -> None:
         async with self._changed:
-            self._received.setdefault((step, attempt), {})[sender] = Contribution(
-                grads=grads, counted=counted
-            )
+            by_sender = self._received.setdefault(step, {})
+            held = by_sender.get(sender)
+            if held is None or attempt >= held[0]:
+                by_sender[sender] = (attempt, Contribution(grads=grads, counted=counted))
             self._changed.notify_all()
 
     async def wait_for(self, step: int, attempt: int, senders: set[int]) -> dict[int, Contribution]:
         """Wait until every sender in `senders` has contributed to (step, attempt)."""
         async with self._changed:
-            await self._changed.wait_for(lambda: senders <= set(self._received.get((step, attempt), {})))
-            got = self._received.get((step, attempt), {})
-            return {s: got[s] for s in senders}
+            await self._changed.wait_for(lambda: senders <= self.senders(step, attempt))
+            got = self._received.get(step, {})
+            return {s: got[s][1] for s in senders}
 
     def senders(self, step: int, attempt: int) -> set[int]:
-        return set(self._received.get((step, attempt), {}))
+        return {s for s, (a, _) in self._received.get(step, {}).items() if a == attempt}
 
     def drop_through(self, step: int) -> None:
-        for key in [k for k in self._received if k[0] <= step]:
+        for key in [k for k in self._received if k <= step]:
             del self._received[key]
+
+
+class Averager:
+    """This peer's side of each step's exchange: push its sum at a `StepBarrier`, keep the group's
+    sum until `ApplyStep`, then step the stage with it."""
+
+    def __init__(self, peer: JoinedPeer) -> None:
+        self._peer = peer
+        self._pending_sum: dict[int, tuple[int, Tensor]] = {}
+        """Step -> (averaging attempt, the group's summed gradient), kept until the update is applied."""
+
+    async def average(self, barrier: StepBarrier) -> None:
+        peer = self._peer
+        server = peer.server
+        worker = server.worker
+        if worker is None or worker.stage != barrier.stage or worker.step != barrier.step:
+            log.warning(
+                "barrier for stage %d step %d does not match this peer's state", barrier.stage, barrier.step
+            )
+            return
+        worker.frozen = True
+        counted = sorted(worker.accumulated)
+        others = [p for p in barrier.group if p.peer_id != peer.peer_id]
+        header = PushGrads(
+            run_id=peer.run.run_id,
+            sender=peer.peer_id,
+            stage=barrier.stage,
+            step=barrier.step,
+            attempt=barrier.attempt,
+            counted=counted,
+        )
+        payload, mine = await server.compute(
+            lambda: contribution(header, worker.flat_gradients(), peer.run.compression)
+        )
+        timeout = transfer_timeout_s(sum(m.nbytes for m in payload.metas) * len(barrier.group))
+
+        async def push(peer_id: int, address: str) -> None:
+            frame, sent = assemble_call(header, payload, peer.signer, receiver=peer_id)
+            reply = await peer.pool.request(address, frame, timeout, peer_id=peer_id)
+            try:
+                # A forged acknowledgement would hide a push that never arrived.
+                answer, _ = open_reply(
+                    reply, max_bytes=peer.frame_limits.for_kind, verifier=peer.server.verifier, call=sent
+                )
+            except (FrameError, AuthError) as exc:
+                raise TransportError(f"gradient push answered with a refused reply: {exc}") from exc
+            if isinstance(answer, ErrorReply):
+                raise TransportError(f"gradient push refused: {answer.error}")
+
+        members = {p.peer_id for p in others}
+        try:
+            async with asyncio.timeout(timeout):
+                pushed = await asyncio.gather(
+                    *(push(p.peer_id, p.address) for p in others), return_exceptions=True
+                )
+                failed = {p.peer_id for p, result in zip(others, pushed, strict=True) if result is not None}
+                if failed:
+                    raise TransportError(f"gradient push to peers {sorted(failed)} failed")
+                received = await server.inbox.wait_for(barrier.step, barrier.attempt, members)
+        except (TransportError, TimeoutError) as exc:
+            # Name the members that did not deliver: the coordinator marks them lost on enough such
+            # reports and starts a new attempt without them.
+            arrived = server.inbox.senders(barrier.step, barrier.attempt)
+            for peer_id in sorted(members - arrived):
+                await peer.control.send(
+                    PeerUnreachable(
+                        peer_id=peer_id,
+                        reason=f"no gradients for step {barrier.step} within {timeout:.0f}s: {exc}"[:500],
+                    )
+                )
+            log.warning("averaging step %d attempt %d stalled: %s", barrier.step, barrier.attempt, exc)
+            return
+        contributions = {peer.peer_id: Contribution(grads=mine, counted=counted), **received}
+        total = sum_contributions({sender: c.grads for sender, c in contributions.items()})
+        self._pending_sum[barrier.step] = (barrier.attempt, total)
+        union = sorted({mb for c in contributions.values() for mb in c.counted})
+        await peer.control.send(
+            AveragingDone(
+                step=barrier.step,
+                attempt=barrier.attempt,
+                stage=barrier.stage,
+                contributors=sorted(p.peer_id for p in barrier.group),
+                counted=union,
+                grad_sum_norm_sq=float(total.double().square().sum()),
+            )
+        )
+
+    async def apply(self, message: ApplyStep) -> bool:
+        """Step the stage with the recorded update if this peer holds the sum it applies to; then tell
+        the coordinator. False (and nothing changed) if it does not."""
+        server = self._peer.server
+        worker = server.worker
+        if (
+            message.samples == 0
+            and worker is not None
+            and (worker.stage, worker.step) == (message.stage, message.step)
+        ):
+            # An empty step (the stage's averaging found nobody to blame for its stall): every member
+            # steps its counter and nothing else, so the stage's copies stay identical.
+            self._pending_sum.pop(message.step, None)
+            await server.compute(lambda: worker.apply_step(torch.zeros(0), 0, message.learning_rate, 1.0))
+            server.inbox.drop_through(message.step)
+            await self._peer.control.send(StepApplied(step=message.step, stage=message.stage))
+            return True
+        pending = self._pending_sum.get(message.step)
+        if (
+            worker is None
+            or worker.stage != message.stage
+            or worker.step != message.step
+            or pending is None
+            or pending[0] != message.attempt
+        ):
+            log.warning("apply for step %d but this peer has no averaged gradient for it", message.step)
+            return False
+        del self._pending_sum[message.step]
+        summed = pending[1]
+        await server.compute(
+            lambda: worker.apply_step(summed, message.samples, message.learning_rate, message.grad_scale)
+        )
+        server.inbox.drop_through(message.step)
+        await self._peer.control.send(StepApplied(step=message.step, stage=message.stage))
+        return True

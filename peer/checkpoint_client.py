@@ -7,11 +7,16 @@ does not stall the peer's event loop.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 import anyio
 import httpx
 from torch import Tensor
 
 from peer.model import state_from_bytes, state_to_bytes
+
+SHA256_HEADER = "X-Checkpoint-SHA256"
 
 
 class CheckpointError(RuntimeError):
@@ -39,6 +44,22 @@ def _raise_for(action: str, response: httpx.Response) -> None:
     except ValueError:
         detail = response.text[:500] or response.reason_phrase
     raise CheckpointError(action, response.status_code, detail)
+
+
+def verify_sha256(action: str, response: httpx.Response) -> None:
+    """Raise unless the body's SHA-256 is the one the coordinator recorded for the file (its
+    X-Checkpoint-SHA256 header): a file damaged on disk or cut short in transit is never loaded."""
+    expected = response.headers.get(SHA256_HEADER, "").lower()
+    if not expected:
+        raise CheckpointError(action, response.status_code, f"the response has no {SHA256_HEADER} header")
+    actual = hashlib.sha256(response.content).hexdigest()
+    if not hmac.compare_digest(actual, expected):
+        raise CheckpointError(
+            action,
+            response.status_code,
+            f"the file's SHA-256 is {actual}, not the {expected} the coordinator recorded"
+            f" ({len(response.content)} bytes received): damaged or cut short, not loaded",
+        )
 
 
 async def upload_stage_checkpoint(
@@ -80,7 +101,9 @@ async def download_stage_checkpoint(
     response = await client.get(
         f"{_base(base_url, run_id)}/{step}/stages/{stage}", headers=_headers(peer_id, credential)
     )
-    _raise_for(f"downloading stage {stage} of step {step} (run {run_id})", response)
+    action = f"downloading stage {stage} of step {step} (run {run_id})"
+    _raise_for(action, response)
+    await anyio.to_thread.run_sync(verify_sha256, action, response)
     try:
         return await anyio.to_thread.run_sync(state_from_bytes, response.content)
     except ValueError as e:

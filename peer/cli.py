@@ -13,6 +13,9 @@ from pydantic import ValidationError
 from swarmhub.settings import PeerSettings
 
 from .control import Rejected
+from .dataset_cache import DatasetError
+from .fits import RunDoesNotFit
+from .registration import RegistrationRefused
 from .runtime import PeerRuntime
 
 
@@ -25,8 +28,26 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--device", choices=["cpu", "cuda"], help="default: SWARMHUB_PEER_DEVICE or cpu")
     join.add_argument("--stage", help="'auto' (default) or a stage number")
     join.add_argument("--threads", type=int, help="torch threads for this peer")
-    join.add_argument("--listen-host", help="data-plane address to bind and announce (default 127.0.0.1)")
-    join.add_argument("--listen-port", type=int, help="data-plane port (default: any free port)")
+    join.add_argument("--listen-host", help="data-plane address to bind (default 0.0.0.0: every interface)")
+    join.add_argument("--listen-port", type=int, help="data-plane port to bind (default: any free port)")
+    join.add_argument(
+        "--announce",
+        metavar="HOST[:PORT]",
+        help="where other peers reach this one (a port forward, a container's service name); "
+        "default: the address the coordinator sees this peer connect from, with the bound port",
+    )
+    join.add_argument(
+        "--coordinator-ca",
+        metavar="PEM",
+        help="trust only this certificate for an https coordinator (self-signed); "
+        "default: the system's store",
+    )
+    join.add_argument(
+        "--data-plane-tls",
+        action="store_true",
+        default=None,
+        help="serve the data plane over TLS even with an http coordinator (always on with https)",
+    )
     join.add_argument("--slowdown", type=float, help="emulate a device this many times slower")
     join.add_argument("--upload-mbps", type=float, help="emulate an upload link of this many Mbit/s")
     join.add_argument(
@@ -34,6 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     join.add_argument(
         "--no-trainer", dest="trainer", action="store_false", default=None, help="serve a stage only"
+    )
+    join.add_argument(
+        "--data-dir",
+        help="where the run's dataset shards are cached, or a copy of the coordinator's shards "
+        "(each checked against its hash; default: ~/.cache/swarmhub/datasets)",
+    )
+    join.add_argument(
+        "--max-memory",
+        help="the most memory this peer may use, e.g. 16GiB: runs estimated larger are refused before"
+        " anything is allocated (default: the device's free memory)",
     )
     join.add_argument("--name", default="", help="name shown on the dashboard (default: host name)")
     join.add_argument("-v", "--verbose", action="store_true")
@@ -54,10 +85,15 @@ def main(argv: list[str] | None = None) -> int:
             "threads",
             "listen_host",
             "listen_port",
+            "announce",
             "slowdown",
             "upload_mbps",
             "call_timeout_s",
+            "coordinator_ca",
+            "data_plane_tls",
             "trainer",
+            "data_dir",
+            "max_memory",
         )
         if (value := getattr(args, key)) is not None
     }
@@ -79,7 +115,7 @@ async def _run(runtime: PeerRuntime) -> int:
         loop.add_signal_handler(sig, runtime.stop, f"signal {signal.Signals(sig).name}")
     try:
         reason = await runtime.run()
-    except Rejected as exc:
+    except (Rejected, RegistrationRefused, DatasetError, RunDoesNotFit) as exc:
         print(f"swarmhub-peer: {exc}", file=sys.stderr)
         return 1
     print(f"swarmhub-peer: stopped ({reason})", flush=True)

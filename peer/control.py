@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
@@ -12,10 +13,10 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from swarmhub.wire import CoordinatorToPeer, CoordinatorToPeerMessage, Hello, Message
 
+from .retry import backoff_delays
+
 log = logging.getLogger(__name__)
 
-BACKOFF_START_S = 0.5
-BACKOFF_MAX_S = 10.0
 POLICY_VIOLATION = 1008
 """Close code the coordinator uses for a channel it refuses (bad credential, kicked, run over)."""
 
@@ -32,41 +33,49 @@ def control_url(coordinator_url: str, path: str) -> str:
 
 
 class ControlChannel:
-    """Keeps a channel open, says Hello on every (re)connect and hands each frame to `on_message`."""
+    """Keeps a channel open, says Hello on every (re)connect and hands each frame to the `on_message`
+    that `run` is given (the router of those messages needs the channel to answer on)."""
 
     def __init__(
         self,
         url: str,
         hello: Callable[[], Hello],
-        on_message: Callable[[CoordinatorToPeerMessage], Awaitable[None]],
         on_disconnect: Callable[[], None],
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """`ssl_context` verifies a wss coordinator (None: the system's trust store)."""
         self._url = url
+        self._ssl_context = ssl_context
         self._hello = hello
-        self._on_message = on_message
         self._on_disconnect = on_disconnect
         self._connection: ClientConnection | None = None
         self._connected = asyncio.Event()
 
-    async def run(self) -> None:
+    async def run(self, on_message: Callable[[CoordinatorToPeerMessage], Awaitable[None]]) -> None:
         """Until cancelled or rejected: connect, serve, reconnect after a drop."""
-        delay = BACKOFF_START_S
+        delays = backoff_delays()
+        delay = next(delays)
         while True:
             try:
                 async with connect(
-                    self._url, open_timeout=10, ping_interval=10, ping_timeout=20
+                    self._url,
+                    ssl=self._ssl_context if self._url.startswith("wss://") else None,
+                    open_timeout=10,
+                    ping_interval=10,
+                    ping_timeout=20,
                 ) as connection:
                     await connection.send(self._hello().model_dump_json())
                     self._connection = connection
                     self._connected.set()
-                    delay = BACKOFF_START_S
+                    delays = backoff_delays()
+                    delay = next(delays)
                     async for raw in connection:
                         try:
                             message = CoordinatorToPeer.validate_json(raw)
                         except ValidationError as exc:
                             log.warning("ignoring a control frame the peer does not understand: %s", exc)
                             continue
-                        await self._on_message(message)
+                        await on_message(message)
                     if connection.close_code == POLICY_VIOLATION:
                         raise Rejected(f"coordinator closed the channel: {connection.close_reason}")
             except InvalidStatus as exc:
@@ -83,7 +92,7 @@ class ControlChannel:
                     self._connected.clear()
                     self._on_disconnect()
             await asyncio.sleep(delay)
-            delay = min(BACKOFF_MAX_S, delay * 2)
+            delay = next(delays)
 
     async def send(self, message: Message) -> bool:
         """Send if connected; False if the channel is down (the caller decides whether that matters)."""

@@ -1,5 +1,8 @@
 """Byte-level training data: a corpus is a byte string, a sample is a window of it.
 
+The corpus is a dataset the coordinator holds, its shards concatenated in the manifest's order
+(`peer.dataset_cache` downloads and checks them); a peer never reads a path a run names.
+
 The coordinator hands out ever-increasing global sample indices; every peer maps an index to the
 same window with `SampleSource.position`, so a microbatch is fully described by (first index,
 count) and any trainer can load it.
@@ -7,65 +10,9 @@ count) and any trainer can load it.
 
 from __future__ import annotations
 
-import hashlib
-import sysconfig
-from pathlib import Path
-
 import numpy as np
 import torch
 from torch import Tensor
-
-STDLIB_DATASET = "python-stdlib"
-STDLIB_CAP_BYTES = 8 * 1024 * 1024
-TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst")
-# Tests are huge and repetitive; site-packages differs between machines and would break determinism.
-_STDLIB_SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "idlelib", "__pycache__"}
-
-
-def load_corpus(dataset: str) -> bytes:
-    """'python-stdlib' (the standard library's sources, ~8 MB), a text file, or a directory of text files."""
-    if dataset == STDLIB_DATASET:
-        return _stdlib_corpus()
-    path = Path(dataset).expanduser()
-    if path.is_file():
-        data = path.read_bytes()
-    elif path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
-        if not files:
-            raise ValueError(f"dataset directory {path} has no {', '.join(TEXT_SUFFIXES)} files")
-        data = b"".join(p.read_bytes() for p in files)
-    else:
-        raise ValueError(
-            f"dataset {dataset!r} is neither {STDLIB_DATASET!r} nor an existing file or directory"
-        )
-    if not data:
-        raise ValueError(f"dataset {dataset!r} is empty")
-    return data
-
-
-def _stdlib_corpus() -> bytes:
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(
-        (p for p in root.rglob("*.py") if not _STDLIB_SKIP_DIRS.intersection(p.relative_to(root).parts[:-1])),
-        key=lambda p: p.relative_to(root).as_posix(),
-    )
-    parts: list[bytes] = []
-    size = 0
-    for p in files:
-        if size >= STDLIB_CAP_BYTES:
-            break
-        chunk = p.read_bytes()
-        parts.append(chunk)
-        size += len(chunk)
-    data = b"".join(parts)[:STDLIB_CAP_BYTES]
-    if not data:
-        raise ValueError(f"found no Python sources under the standard library at {root}")
-    return data
-
-
-def corpus_fingerprint(corpus: bytes) -> str:
-    """Digest of a corpus: a run's peers must read identical bytes (the stdlib differs by Python version)."""
-    return hashlib.sha256(corpus).hexdigest()[:16]
 
 
 class SampleSource:

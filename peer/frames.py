@@ -1,35 +1,42 @@
 """Data-plane message framing: a small typed header, then raw tensor bytes.
 
-Layout: MAGIC (4 bytes), header length (uint32, big-endian), header JSON (utf-8), then each
-tensor's bytes back to back in header order. The header declares every tensor's byte count, so a
-reader knows the whole frame's size after reading the header (`read_prefix`, `parse_header`,
-`FrameHeader.payload_bytes`) and the payload is never parsed as text. Everything here treats a
-frame as hostile: any inconsistency raises `FrameError` with a message saying what was wrong.
+Layout: MAGIC (4 bytes), header length (uint32, big-endian), the sender's Ed25519 signature over
+header and payload (64 bytes, a reply's bound to the call it answers: `peer/frame_auth.py`; zeros in
+unsigned frames), header JSON (utf-8; one of the
+kinds in `peer/frame_headers.py`), then each tensor's bytes back to back in header order. The header
+declares every tensor's byte count, so a reader knows the whole frame's size after reading the
+header (`read_prefix`, `parse_header`, `payload_bytes`) and the payload is never parsed as text.
+Everything here treats a frame as hostile: any inconsistency raises `FrameError` with a message
+saying what was wrong.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import math
 import struct
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from torch import Tensor
 
-from peer.compression import CODECS, Buffer, codec_for
+from .compression import CODECS, Buffer, codec_for
+from .frame_auth import SIGNATURE_BYTES, AuthError, FrameSigner, SenderVerifier, SentCall
+from .frame_headers import HEADERS, FrameHeader, Reply, TensorMeta
 
-MAGIC = b"SWH1"
-_PREFIX = struct.Struct(">4sI")
+MAGIC = b"SWH2"
+_PREFIX = struct.Struct(f">4sI{SIGNATURE_BYTES}s")
 PREFIX_SIZE = _PREFIX.size
 # Room for a whole stage state (model + optimizer: ~1,200 tensor entries for the large preset) and long
 # lists of counted microbatch ids, while a hostile peer still cannot make us buffer much text.
 MAX_HEADER_BYTES = 1024 * 1024
 
-DTypeName = Literal["float32", "float16", "bfloat16", "int64"]
-FrameKind = Literal["forward", "backward", "forward_backward", "push_grads", "fetch_state", "result", "error"]
+FrameLimit = int | Callable[[str], int]
+"""A bound on a whole frame: one for every kind, or one per header kind (`swarmhub/resources.py`
+`FrameLimits.for_kind`), so a stage call is held to its activations' size and only a state to a state's."""
+
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "float16": torch.float16,
@@ -43,55 +50,26 @@ class FrameError(ValueError):
     """A frame that cannot be accepted; the message says why."""
 
 
-class _Model(BaseModel):
-    # NaN/Inf as JSON constants: a diverged loss in `info` must still round-trip.
-    model_config = ConfigDict(extra="ignore", frozen=True, ser_json_inf_nan="constants")
+@dataclass
+class Payload:
+    """A frame's tensors, encoded once: several frames (one per receiver) may carry them."""
 
-
-class TensorMeta(_Model):
-    name: str
-    shape: list[int]
-    dtype: DTypeName
-    codec: str
-    nbytes: int = Field(ge=0)
-
-
-class FrameHeader(_Model):
-    kind: FrameKind
-    run_id: int
-    stage: int
-    microbatch_id: str
-    sender: int
-    """Peer id of the sender; its credential is checked against it."""
-    credential: str
-    step: int
-    attempt: int = 0
-    tensors: list[TensorMeta] = []
-    info: dict[str, str | int | float | list[str]] = {}
-    """Small extras: samples, loss, counted microbatch ids."""
-    error: str | None = None
+    metas: list[TensorMeta]
+    blobs: list[bytes]
+    _digest: bytes | None = field(default=None, repr=False)
 
     @property
-    def payload_bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors)
+    def digest(self) -> bytes:
+        if self._digest is None:
+            h = hashlib.sha256()
+            for blob in self.blobs:
+                h.update(blob)
+            self._digest = h.digest()
+        return self._digest
 
 
-def encode_frame(
-    *,
-    kind: FrameKind,
-    run_id: int,
-    stage: int,
-    microbatch_id: str,
-    sender: int,
-    credential: str,
-    step: int,
-    attempt: int = 0,
-    tensors: dict[str, Tensor] | None = None,
-    codec: str = "none",
-    info: dict[str, str | int | float | list[str]] | None = None,
-    error: str | None = None,
-) -> bytes:
-    """A whole frame; float tensors travel with `codec`, integer ones raw."""
+def encode_payload(tensors: dict[str, Tensor] | None, codec: str = "none") -> Payload:
+    """`tensors` encoded with `codec` (float tensors) or raw (integer ones)."""
     if codec not in CODECS:
         raise FrameError(f"unknown codec {codec!r}; known: {', '.join(CODECS)}")
     metas: list[TensorMeta] = []
@@ -109,30 +87,66 @@ def encode_frame(
             )
         )
         blobs.append(blob)
-    header = FrameHeader(
-        kind=kind,
-        run_id=run_id,
-        stage=stage,
-        microbatch_id=microbatch_id,
-        sender=sender,
-        credential=credential,
-        step=step,
-        attempt=attempt,
-        tensors=metas,
-        info=info or {},
-        error=error,
-    )
-    header_bytes = header.model_dump_json().encode()
+    return Payload(metas=metas, blobs=blobs)
+
+
+def assemble(
+    header: FrameHeader, payload: Payload, signer: FrameSigner | None = None, receiver: int = 0
+) -> bytes:
+    """A whole frame: `header` with `payload`'s metadata; with `signer`, a call addressed to
+    `receiver`, numbered, ticketed and signed, else unsigned (measurements, tests, refusals)."""
+    if signer is not None:
+        return assemble_call(header, payload, signer, receiver)[0]
+    header_bytes = _header_bytes(header, payload, {})
+    return _pack(header_bytes, bytes(SIGNATURE_BYTES), payload)
+
+
+def assemble_call(
+    header: FrameHeader, payload: Payload, signer: FrameSigner, receiver: int
+) -> tuple[bytes, SentCall]:
+    """A call to `receiver`, signed by `signer`, and what its reply must answer (`open_reply`)."""
+    envelope = signer.envelope(receiver)
+    header_bytes = _header_bytes(header, payload, envelope)
+    signature = signer.sign(header_bytes, payload.digest)
+    counter = envelope["counter"]
+    assert isinstance(counter, int)
+    return _pack(header_bytes, signature, payload), SentCall(receiver, counter, signature)
+
+
+def assemble_reply(header: Reply, payload: Payload, signer: FrameSigner, call: OpenedFrame) -> bytes:
+    """The answer to `call` (an authenticated one), signed by `signer` and bound to that call."""
+    envelope = signer.reply_envelope(call.header.sender, call.header.counter)
+    header_bytes = _header_bytes(header, payload, envelope)
+    return _pack(header_bytes, signer.sign(header_bytes, payload.digest, call.signature), payload)
+
+
+def _header_bytes(header: FrameHeader, payload: Payload, envelope: dict[str, object]) -> bytes:
+    header_bytes = header.model_copy(update={"tensors": payload.metas} | envelope).model_dump_json().encode()
     if len(header_bytes) > MAX_HEADER_BYTES:
         raise FrameError(f"frame header is {len(header_bytes)} bytes, over the {MAX_HEADER_BYTES}-byte limit")
-    return b"".join([_PREFIX.pack(MAGIC, len(header_bytes)), header_bytes, *blobs])
+    return header_bytes
+
+
+def _pack(header_bytes: bytes, signature: bytes, payload: Payload) -> bytes:
+    return b"".join([_PREFIX.pack(MAGIC, len(header_bytes), signature), header_bytes, *payload.blobs])
+
+
+def encode_frame(
+    header: FrameHeader,
+    tensors: dict[str, Tensor] | None = None,
+    codec: str = "none",
+    *,
+    signer: FrameSigner | None = None,
+    receiver: int = 0,
+) -> bytes:
+    return assemble(header, encode_payload(tensors, codec), signer, receiver)
 
 
 def read_prefix(prefix: Buffer) -> int:
     """The header length announced by a frame's first PREFIX_SIZE bytes."""
     if len(prefix) < PREFIX_SIZE:
         raise FrameError(f"frame is {len(prefix)} bytes, shorter than its {PREFIX_SIZE}-byte prefix")
-    magic, header_len = _PREFIX.unpack_from(prefix)
+    magic, header_len, _ = _PREFIX.unpack_from(prefix)
     if magic != MAGIC:
         raise FrameError(f"bad magic {magic!r}, expected {MAGIC!r}: not a SwarmHub data-plane frame")
     if header_len > MAX_HEADER_BYTES:
@@ -140,10 +154,10 @@ def read_prefix(prefix: Buffer) -> int:
     return header_len
 
 
-def parse_header(header_bytes: Buffer, *, max_bytes: int) -> FrameHeader:
+def parse_header(header_bytes: Buffer, *, max_bytes: FrameLimit) -> FrameHeader:
     """Validate a header; `max_bytes` bounds the whole frame, so a reader can refuse before the payload."""
     try:
-        header = FrameHeader.model_validate_json(bytes(header_bytes))
+        header = HEADERS.validate_json(bytes(header_bytes))
     except ValidationError as e:
         problems = "; ".join(
             f"{'.'.join(map(str, err['loc'])) or 'header'}: {err['msg']}" for err in e.errors()
@@ -155,8 +169,9 @@ def parse_header(header_bytes: Buffer, *, max_bytes: int) -> FrameHeader:
     for meta in header.tensors:
         _check_meta(meta)
     total = PREFIX_SIZE + len(header_bytes) + header.payload_bytes
-    if total > max_bytes:
-        raise FrameError(f"frame of {total} bytes is over the {max_bytes}-byte limit")
+    limit = max_bytes if isinstance(max_bytes, int) else max_bytes(header.kind)
+    if total > limit:
+        raise FrameError(f"{header.kind} frame of {total} bytes is over the {limit}-byte limit")
     return header
 
 
@@ -201,8 +216,18 @@ def decode_payload(header: FrameHeader, payload: Buffer) -> dict[str, Tensor]:
     return tensors
 
 
-def decode_frame(data: Buffer, *, max_bytes: int) -> tuple[FrameHeader, dict[str, Tensor]]:
-    if len(data) > max_bytes:
+@dataclass(frozen=True)
+class OpenedFrame:
+    """A frame whose header is parsed and whose payload is not decoded yet."""
+
+    header: FrameHeader
+    signature: bytes
+    header_bytes: memoryview
+    payload: memoryview
+
+
+def open_frame(data: Buffer, *, max_bytes: FrameLimit) -> OpenedFrame:
+    if isinstance(max_bytes, int) and len(data) > max_bytes:
         raise FrameError(f"frame of {len(data)} bytes is over the {max_bytes}-byte limit")
     header_len = read_prefix(data)
     if len(data) < PREFIX_SIZE + header_len:
@@ -210,8 +235,37 @@ def decode_frame(data: Buffer, *, max_bytes: int) -> tuple[FrameHeader, dict[str
             f"frame is truncated: {len(data)} bytes, the header alone needs {PREFIX_SIZE + header_len}"
         )
     view = memoryview(data)
-    header = parse_header(view[PREFIX_SIZE : PREFIX_SIZE + header_len], max_bytes=max_bytes)
-    return header, decode_payload(header, view[PREFIX_SIZE + header_len :])
+    header_bytes = view[PREFIX_SIZE : PREFIX_SIZE + header_len]
+    header = parse_header(header_bytes, max_bytes=max_bytes)
+    payload_len = len(data) - PREFIX_SIZE - header_len
+    if payload_len != header.payload_bytes:
+        raise FrameError(
+            f"frame payload is {payload_len} bytes but its header declares {header.payload_bytes}"
+        )
+    return OpenedFrame(
+        header=header,
+        signature=bytes(view[PREFIX_SIZE - SIGNATURE_BYTES : PREFIX_SIZE]),
+        header_bytes=header_bytes,
+        payload=view[PREFIX_SIZE + header_len :],
+    )
+
+
+def decode_frame(data: Buffer, *, max_bytes: FrameLimit) -> tuple[FrameHeader, dict[str, Tensor]]:
+    opened = open_frame(data, max_bytes=max_bytes)
+    return opened.header, decode_payload(opened.header, opened.payload)
+
+
+def open_reply(
+    data: Buffer, *, max_bytes: FrameLimit, verifier: SenderVerifier, call: SentCall
+) -> tuple[Reply, dict[str, Tensor]]:
+    """The reply to `call`: raises FrameError for a malformed frame or AuthError unless the peer the
+    call went to signed it for this call under a valid ticket (checked before the payload is decoded)."""
+    opened = open_frame(data, max_bytes=max_bytes)
+    header = opened.header
+    verifier.check_reply(header, opened.signature, opened.header_bytes, opened.payload, call)
+    if not isinstance(header, Reply):
+        raise AuthError(f"peer {call.receiver} answered with a {header.kind} call, not a reply")
+    return header, decode_payload(header, opened.payload)
 
 
 def check_tensor(
@@ -225,12 +279,3 @@ def check_tensor(
     ):
         want = "[" + ", ".join("*" if d is None else str(d) for d in shape) + "]"
         raise FrameError(f"{name} has shape {list(t.shape)}, expected {want}")
-
-
-def make_credential(data_key: str, peer_id: int) -> str:
-    """hex HMAC-SHA256(key=data_key, message=decimal peer id): proves the coordinator admitted `peer_id`."""
-    return hmac.new(data_key.encode(), str(peer_id).encode(), hashlib.sha256).hexdigest()
-
-
-def verify_credential(data_key: str, peer_id: int, credential: str) -> bool:
-    return hmac.compare_digest(make_credential(data_key, peer_id).encode(), credential.encode())

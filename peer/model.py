@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,25 +22,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import load_file, save, save_file
 from torch import Tensor, nn
 
-from swarmhub.presets import VOCAB_SIZE, get_preset
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelConfig:
-    vocab_size: int = VOCAB_SIZE
-    d_model: int
-    n_layer: int
-    n_head: int
-    max_seq_len: int
-
-    def __post_init__(self) -> None:
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
-
-
-def config_for(preset_name: str) -> ModelConfig:
-    p = get_preset(preset_name)
-    return ModelConfig(d_model=p.d_model, n_layer=p.n_layer, n_head=p.n_head, max_seq_len=p.max_seq_len)
+from swarmhub.presets import VOCAB_SIZE, ModelPreset
 
 
 def stage_layers(n_layer: int, num_stages: int, stage: int) -> range:
@@ -63,11 +44,11 @@ def stage_layers(n_layer: int, num_stages: int, stage: int) -> range:
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, preset: ModelPreset) -> None:
         super().__init__()
-        self.n_head = config.n_head
-        self.c_attn = nn.Linear(config.d_model, 3 * config.d_model)
-        self.c_proj = nn.Linear(config.d_model, config.d_model)
+        self.n_head = preset.n_head
+        self.c_attn = nn.Linear(preset.d_model, 3 * preset.d_model)
+        self.c_proj = nn.Linear(preset.d_model, preset.d_model)
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, C = x.shape
@@ -81,22 +62,22 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, preset: ModelPreset) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(config.d_model, 4 * config.d_model)
-        self.c_proj = nn.Linear(4 * config.d_model, config.d_model)
+        self.c_fc = nn.Linear(preset.d_model, 4 * preset.d_model)
+        self.c_proj = nn.Linear(4 * preset.d_model, preset.d_model)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.c_proj(F.gelu(self.c_fc(x)))
 
 
 class Block(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, preset: ModelPreset) -> None:
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.d_model)
-        self.attn = CausalSelfAttention(config)
-        self.ln_2 = nn.LayerNorm(config.d_model)
-        self.mlp = MLP(config)
+        self.ln_1 = nn.LayerNorm(preset.d_model)
+        self.attn = CausalSelfAttention(preset)
+        self.ln_2 = nn.LayerNorm(preset.d_model)
+        self.mlp = MLP(preset)
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.attn(self.ln_1(x))
@@ -106,20 +87,20 @@ class Block(nn.Module):
 class PipelineStage(nn.Module):
     """Stage `stage` of `num_stages`: [B, T] ids or [B, T, d] activations in; [B, T, d] or logits out."""
 
-    def __init__(self, config: ModelConfig, stage: int, num_stages: int) -> None:
+    def __init__(self, preset: ModelPreset, stage: int, num_stages: int) -> None:
         super().__init__()
-        self.config = config
+        self.preset = preset
         self.stage = stage
         self.num_stages = num_stages
-        self.layers = stage_layers(config.n_layer, num_stages, stage)
+        self.layers = stage_layers(preset.n_layer, num_stages, stage)
         if self.is_first:
-            self.wte = nn.Embedding(config.vocab_size, config.d_model)
-            self.wpe = nn.Embedding(config.max_seq_len, config.d_model)
+            self.wte = nn.Embedding(VOCAB_SIZE, preset.d_model)
+            self.wpe = nn.Embedding(preset.max_seq_len, preset.d_model)
         # Keys "blocks.<global layer index>" so a layer's parameters are named the same whatever the cut.
-        self.blocks = nn.ModuleDict({str(i): Block(config) for i in self.layers})
+        self.blocks = nn.ModuleDict({str(i): Block(preset) for i in self.layers})
         if self.is_last:
-            self.ln_f = nn.LayerNorm(config.d_model)
-            self.head = nn.Linear(config.d_model, config.vocab_size)
+            self.ln_f = nn.LayerNorm(preset.d_model)
+            self.head = nn.Linear(preset.d_model, VOCAB_SIZE)
 
     @property
     def is_first(self) -> bool:
@@ -132,9 +113,9 @@ class PipelineStage(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.is_first:
             seq_len = x.shape[1]
-            if seq_len > self.config.max_seq_len:
+            if seq_len > self.preset.max_seq_len:
                 raise ValueError(
-                    f"sequence length {seq_len} exceeds the model's max_seq_len {self.config.max_seq_len}"
+                    f"sequence length {seq_len} exceeds the model's max_seq_len {self.preset.max_seq_len}"
                 )
             pos = torch.arange(seq_len, device=x.device)  # [T]
             x = self.wte(x) + self.wpe(pos)  # [B, T, d]
@@ -164,14 +145,14 @@ def _init_linear(linear: nn.Linear, std: float, g: torch.Generator) -> None:
 
 
 @torch.no_grad()
-def build_stage(config: ModelConfig, stage: int, num_stages: int, seed: int) -> PipelineStage:
+def build_stage(preset: ModelPreset, stage: int, num_stages: int, seed: int) -> PipelineStage:
     """The stage with GPT-2 init, a function of (seed, global layer index) only.
 
     So every peer of a stage builds identical parameters, and a stage equals the same layers of a
     model cut differently or built whole.
     """
-    module = PipelineStage(config, stage, num_stages)
-    residual_std = 0.02 / math.sqrt(2 * config.n_layer)
+    module = PipelineStage(preset, stage, num_stages)
+    residual_std = 0.02 / math.sqrt(2 * preset.n_layer)
     if module.is_first:
         module.wte.weight.normal_(0.0, 0.02, generator=_generator(seed, "wte"))
         module.wpe.weight.normal_(0.0, 0.02, generator=_generator(seed, "wpe"))
@@ -187,8 +168,8 @@ def build_stage(config: ModelConfig, stage: int, num_stages: int, seed: int) -> 
     return module
 
 
-def build_full_model(config: ModelConfig, num_stages: int, seed: int) -> list[PipelineStage]:
-    return [build_stage(config, s, num_stages, seed) for s in range(num_stages)]
+def build_full_model(preset: ModelPreset, num_stages: int, seed: int) -> list[PipelineStage]:
+    return [build_stage(preset, s, num_stages, seed) for s in range(num_stages)]
 
 
 def full_forward_loss(stages: list[PipelineStage], inputs: Tensor, targets: Tensor) -> Tensor:

@@ -2,7 +2,9 @@
 
 Interleaved weighted round-robin, as in the SWARM reference code: every peer has a virtual
 finish time; the next call goes to the peer with the smallest one (random tie-break), which then
-advances by microbatch size / that peer's throughput, and calls already queued at a peer (from its
+advances by the call's expected time there: compute (samples / that peer's throughput) plus
+transfer (the call's bytes / the link rate this trainer measured to that peer; an unmeasured link
+counts as free, so it gets tried and measured). Calls already queued at a peer (from its
 heartbeat) count against it. Fast peers are chosen proportionally more often, slow or busy ones
 less, and a peer that fails is banned for a while with capped exponential backoff. Pure: no I/O,
 time is passed in.
@@ -23,6 +25,8 @@ class _PeerSlot:
     throughput: float
     banned_until: float = 0.0
     queue_length: int = 0
+    link_rate: float | None = None
+    """Bytes per second this trainer measured to the peer, None until measured."""
     failures: int = 0
     stale: bool = False
     """Banned since its last choice: its finish time stood still while the others' advanced."""
@@ -58,8 +62,23 @@ class StageRouter:
                 slot.throughput = max(throughput, MIN_THROUGHPUT)
             slot.queue_length = (queues or {}).get(peer_id, 0)
 
-    def choose(self, samples: int, now: float, exclude: frozenset[int] = frozenset()) -> int | None:
-        """The peer for a call of `samples` samples, or None if every peer is banned or excluded."""
+    def update_links(self, rates: dict[int, float]) -> None:
+        """Link rates (bytes/s) this trainer measured; peers without one keep theirs."""
+        for peer_id, slot in self._slots.items():
+            rate = rates.get(peer_id)
+            if rate is not None and rate > 0:
+                slot.link_rate = rate
+
+    def compute_s(self, peer_id: int, samples: int) -> float:
+        """Expected compute time of a call of `samples` at `peer_id`."""
+        slot = self._slots.get(peer_id)
+        return samples / slot.throughput if slot is not None else 0.0
+
+    def choose(
+        self, samples: int, now: float, exclude: frozenset[int] = frozenset(), nbytes: int = 0
+    ) -> int | None:
+        """The peer for a call of `samples` samples moving `nbytes` both ways, or None if every
+        peer is banned or excluded."""
         # A peer back from a ban re-enters at the current minimum (as a new one does), not at its
         # stale finish time, which would send it every call until it caught up with the others.
         live = [s for s in self._slots.values() if s.banned_until <= now]
@@ -69,7 +88,8 @@ class StageRouter:
                 slot.stale = False
                 if floor is not None:
                     slot.finish_time = max(slot.finish_time, floor)
-        # Calls other trainers queued at a peer delay this one by about queue x call time.
+        # Calls other trainers queued at a peer delay this one by about queue x compute time (their
+        # transfers are on other trainers' links).
         candidates = [
             (slot.finish_time + slot.queue_length * samples / slot.throughput, self.rng.random(), peer_id)
             for peer_id, slot in self._slots.items()
@@ -79,7 +99,7 @@ class StageRouter:
             return None
         _, _, peer_id = min(candidates)
         slot = self._slots[peer_id]
-        slot.finish_time += samples / slot.throughput
+        slot.finish_time += _call_s(slot, samples, nbytes)
         return peer_id
 
     def report_success(self, peer_id: int) -> None:
@@ -97,3 +117,9 @@ class StageRouter:
 
     def peers(self) -> list[int]:
         return sorted(self._slots)
+
+
+def _call_s(slot: _PeerSlot, samples: int, nbytes: int) -> float:
+    """A call's expected time at a peer: compute plus transfer over the measured link."""
+    transfer = nbytes / slot.link_rate if slot.link_rate else 0.0
+    return samples / slot.throughput + transfer

@@ -3,7 +3,9 @@
 A frame is refused, with an error frame saying why, when it is malformed, oversized, not from an
 admitted peer of this run, for another stage or step, or has tensors of the wrong shape, dtype or
 values (NaN, Inf, token ids out of the vocabulary). A refused or failing call never stops the
-server: the next frame is served as usual.
+server: the next frame is served as usual. The answer to an authenticated call, error or not, is
+signed by this peer and bound to that call (`peer/frame_auth.py`); a frame that did not authenticate
+gets an unsigned error, which its caller cannot take for this peer's word.
 """
 
 from __future__ import annotations
@@ -21,7 +23,35 @@ from swarmhub.presets import VOCAB_SIZE
 from swarmhub.wire import RunSpec
 
 from .averaging import GradientInbox
-from .frames import FrameError, FrameHeader, check_tensor, decode_frame, encode_frame, verify_credential
+from .frame_auth import AuthError, FrameSigner, SenderVerifier
+from .frame_headers import (
+    MAX_ERROR_CHARS,
+    BackwardCall,
+    BackwardReply,
+    Call,
+    ErrorReply,
+    FetchState,
+    ForwardCall,
+    ForwardReply,
+    FrameHeader,
+    GradsAck,
+    LossReply,
+    PushGrads,
+    Reply,
+    StateReply,
+)
+from .frames import (
+    FrameError,
+    FrameLimit,
+    OpenedFrame,
+    Payload,
+    assemble,
+    assemble_reply,
+    check_tensor,
+    decode_payload,
+    encode_payload,
+    open_frame,
+)
 from .stage_worker import StageError, StageWorker
 
 log = logging.getLogger(__name__)
@@ -39,14 +69,17 @@ class StageServer:
         *,
         peer_id: int,
         run: RunSpec,
-        data_key: str,
+        signer: FrameSigner,
         d_model: int,
         slowdown: float,
-        max_bytes: int,
+        max_bytes: FrameLimit,
     ) -> None:
         self.peer_id = peer_id
         self.run = run
-        self.data_key = data_key
+        self.signer = signer
+        """Signs this peer's replies (and, in the trainer, its calls) with its key and ticket."""
+        self.verifier = SenderVerifier(run_id=run.run_id, peer_id=peer_id)
+        """Who may call: admitted, unrevoked peers of this run, each speaking only as itself."""
         self.d_model = d_model
         self.slowdown = slowdown
         self.max_bytes = max_bytes
@@ -104,45 +137,73 @@ class StageServer:
         return 1.0 / sum(self.seconds_per_sample[k] for k in kinds)
 
     async def handle(self, data: bytes) -> bytes:
-        header: FrameHeader | None = None
+        answering: OpenedFrame | None = None
         try:
-            header, tensors = decode_frame(data, max_bytes=self.max_bytes)
-            self._authorize(header)
-            return await self._dispatch(header, tensors)
-        except (FrameError, StageError) as exc:
+            frame = open_frame(data, max_bytes=self.max_bytes)
+            self._authenticate(frame)
+            # Only now may an answer be signed: nobody gets this peer's signature on a call of theirs.
+            answering = frame
+            call = self._authorize(frame.header)
+            return await self._dispatch(frame, call, decode_payload(call, frame.payload))
+        except (FrameError, StageError, AuthError) as exc:
             self.calls_refused += 1
-            return self._error(header, str(exc))
+            return self._error(answering, str(exc))
         except Exception as exc:
             # The boundary of a network call: whatever went wrong, answer and keep serving.
             log.exception("stage call failed")
             self.calls_refused += 1
-            return self._error(header, f"internal error: {type(exc).__name__}: {exc}")
+            return self._error(answering, f"internal error: {type(exc).__name__}: {exc}")
 
-    def _authorize(self, header: FrameHeader) -> None:
+    def _authenticate(self, frame: OpenedFrame) -> None:
+        """Raise unless the frame's sender is who it says (checked before its payload is decoded)."""
+        header = frame.header
         if header.run_id != self.run.run_id:
             raise FrameError(f"frame is for run {header.run_id}, this peer serves run {self.run.run_id}")
-        if not verify_credential(self.data_key, header.sender, header.credential):
-            raise FrameError(f"credential of peer {header.sender} is not valid for this run")
+        self.verifier.check(header, frame.signature, frame.header_bytes, frame.payload)
+
+    def _authorize(self, header: FrameHeader) -> Call:
+        """The frame's call, if this peer serves it."""
+        if not isinstance(header, Call):
+            raise FrameError(f"a peer does not serve {header.kind!r} frames")
         if self.worker is None:
             raise StageError("this peer has no stage loaded yet")
         if header.stage != self.worker.stage:
             raise StageError(f"frame is for stage {header.stage}, this peer serves stage {self.worker.stage}")
+        return header
 
-    async def _dispatch(self, header: FrameHeader, tensors: dict[str, Tensor]) -> bytes:
+    async def _dispatch(self, frame: OpenedFrame, header: Call, tensors: dict[str, Tensor]) -> bytes:
         worker = self.worker
         assert worker is not None  # checked by _authorize
-        samples = self._samples(header)
-        timeout_s = float(header.info.get("timeout_s", 0) or 0)
+        if isinstance(header, PushGrads):
+            # Only the step this stage is at: an inbox never holds sums for steps that may never come.
+            worker.check_step(header.step)
+            grads = self._tensor(tensors, "grads", (worker.parameter_count,), torch.float32)
+            await self.inbox.put(header.step, header.attempt, header.sender, grads, header.counted)
+            return self._reply(frame, GradsAck)
+
+        if isinstance(header, FetchState):
+
+            def export() -> tuple[Payload, int]:
+                # A whole stage state: encoded and hashed (for the signature) off the event loop.
+                payload = encode_payload(worker.export_state(), "none")
+                _ = payload.digest
+                return payload, worker.step
+
+            state, step = await self.compute(export)
+            return self._reply(frame, StateReply, state, step=step)
+        samples = header.samples
+        if samples > self.run.microbatch_size:
+            raise FrameError(f"samples must be in 1..{self.run.microbatch_size}, got {samples}")
         received = time.monotonic()
 
         def accept() -> bool:
-            return timeout_s <= 0 or time.monotonic() - received < ACCEPT_FRACTION * timeout_s
+            return header.timeout_s <= 0 or time.monotonic() - received < ACCEPT_FRACTION * header.timeout_s
 
-        if header.kind == "forward":
+        if isinstance(header, ForwardCall):
             x = self._stage_input(worker, tensors, samples)
             y = await self.compute(lambda: worker.forward(header.step, x), kind="forward", samples=samples)
-            return self._result(header, {"y": y})
-        if header.kind == "backward":
+            return self._reply(frame, ForwardReply, self._payload({"y": y}))
+        if isinstance(header, BackwardCall):
             x = self._stage_input(worker, tensors, samples)
             grad = self._tensor(tensors, "grad", (samples, self.run.seq_len, self.d_model), torch.float32)
             grad_x = await self.compute(
@@ -151,39 +212,21 @@ class StageServer:
                 samples=samples,
             )
             self.samples_done += samples
-            return self._result(header, {} if grad_x is None else {"grad_x": grad_x})
-        if header.kind == "forward_backward":
-            x = self._stage_input(worker, tensors, samples)
-            targets = self._tensor(tensors, "targets", (samples, self.run.seq_len), torch.int64)
-            self._check_tokens(targets, "targets")
-            loss, grad_x = await self.compute(
-                lambda: worker.forward_backward(
-                    header.step, header.microbatch_id, samples, x, targets, accept()
-                ),
-                kind="forward_backward",
-                samples=samples,
+            return self._reply(
+                frame, BackwardReply, self._payload({} if grad_x is None else {"grad_x": grad_x})
             )
-            self.samples_done += samples
-            return self._result(header, {} if grad_x is None else {"grad_x": grad_x}, info={"loss": loss})
-        if header.kind == "push_grads":
-            grads = self._tensor(tensors, "grads", (worker.parameter_count,), torch.float32)
-            counted = header.info.get("counted", [])
-            if not isinstance(counted, list):
-                raise FrameError("push_grads info 'counted' must be a list of microbatch ids")
-            await self.inbox.put(header.step, header.attempt, header.sender, grads, counted)
-            return self._result(header, {})
-        if header.kind == "fetch_state":
-            state, step = await self.compute(lambda: (worker.export_state(), worker.step))
-            return self._result(header, state, codec="none", info={"step": step})
-        raise FrameError(f"a peer does not serve {header.kind!r} frames")
-
-    def _samples(self, header: FrameHeader) -> int:
-        samples = header.info.get("samples", 0)
-        if header.kind in ("forward", "backward", "forward_backward") and (
-            not isinstance(samples, int) or not 1 <= samples <= self.run.microbatch_size
-        ):
-            raise FrameError(f"samples must be an integer in 1..{self.run.microbatch_size}, got {samples!r}")
-        return samples if isinstance(samples, int) else 0
+        x = self._stage_input(worker, tensors, samples)
+        targets = self._tensor(tensors, "targets", (samples, self.run.seq_len), torch.int64)
+        self._check_tokens(targets, "targets")
+        loss, grad_x = await self.compute(
+            lambda: worker.forward_backward(header.step, header.microbatch_id, samples, x, targets, accept()),
+            kind="forward_backward",
+            samples=samples,
+        )
+        self.samples_done += samples
+        return self._reply(
+            frame, LossReply, self._payload({} if grad_x is None else {"grad_x": grad_x}), loss=loss
+        )
 
     def _stage_input(self, worker: StageWorker, tensors: dict[str, Tensor], samples: int) -> Tensor:
         if worker.module.is_first:
@@ -205,39 +248,22 @@ class StageServer:
         if t.numel() and (int(t.min()) < 0 or int(t.max()) >= VOCAB_SIZE):
             raise FrameError(f"{name} holds token ids outside 0..{VOCAB_SIZE - 1}")
 
-    def _result(
-        self,
-        request: FrameHeader,
-        tensors: dict[str, Tensor],
-        *,
-        codec: str | None = None,
-        info: dict[str, Any] | None = None,
-    ) -> bytes:
-        return encode_frame(
-            kind="result",
-            run_id=self.run.run_id,
-            stage=request.stage,
-            microbatch_id=request.microbatch_id,
-            sender=self.peer_id,
-            credential="",
-            step=request.step,
-            attempt=request.attempt,
-            tensors=tensors,
-            codec=codec or self.run.compression,
-            info=info or {},
-        )
+    def _payload(self, tensors: dict[str, Tensor]) -> Payload:
+        return encode_payload(tensors, self.run.compression)
 
-    def _error(self, request: FrameHeader | None, message: str) -> bytes:
-        return encode_frame(
-            kind="error",
-            run_id=self.run.run_id,
-            stage=request.stage if request else -1,
-            microbatch_id=request.microbatch_id if request else "",
-            sender=self.peer_id,
-            credential="",
-            step=request.step if request else -1,
-            error=message,
-        )
+    def _reply(
+        self, answering: OpenedFrame | None, kind: type[Reply], payload: Payload | None = None, **fields: Any
+    ) -> bytes:
+        """`kind` signed as the answer to `answering` (an authenticated call); unsigned without one,
+        or while this peer holds no ticket yet."""
+        header = kind(run_id=self.run.run_id, sender=self.peer_id, **fields)
+        payload = encode_payload(None) if payload is None else payload
+        if answering is None or self.signer.ticket is None:
+            return assemble(header, payload)
+        return assemble_reply(header, payload, self.signer, answering)
+
+    def _error(self, answering: OpenedFrame | None, message: str) -> bytes:
+        return self._reply(answering, ErrorReply, error=message[:MAX_ERROR_CHARS])
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

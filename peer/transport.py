@@ -2,26 +2,48 @@
 
 Binary websocket messages, one request and one response per exchange on a connection. Frames are
 opaque here (`peer/frames.py` gives them meaning); this module only moves them, bounds their size
-and, when asked, paces uploads to emulate a slow link.
+and, when asked, paces uploads to emulate a slow link. A peer with a data-plane certificate serves
+wss; clients dial an address whose endpoint carried a fingerprint over wss and pin it
+(`swarmhub/tls.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import suppress
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from swarmhub.tls import PinMismatch, check_pin, pinned_client_context
+from swarmhub.wire import PeerEndpoint
+
+from .links import LinkMeter
+
 Handler = Callable[[bytes], Awaitable[bytes]]
+
+TRANSFER_BASE_TIMEOUT_S = 10.0
+TRANSFER_MIN_BYTES_PER_S = 5e6
+"""Stage states and gradient sums are given this much time to move (a slow link, not a choked one)."""
+
+
+def transfer_timeout_s(nbytes: int) -> float:
+    """Long enough to move `nbytes` on a slow link, not forever on a choked one."""
+    return TRANSFER_BASE_TIMEOUT_S + nbytes / TRANSFER_MIN_BYTES_PER_S
 
 
 class TransportError(ConnectionError):
     """The other peer could not be reached, hung up, or answered too late."""
+
+
+class UnlistedAddress(TransportError):
+    """This peer refused to dial an address the coordinator has not listed for its run. The choice
+    is ours, not the other peer's failure: it is never reported as the peer being unreachable."""
 
 
 class UploadPacer:
@@ -46,8 +68,20 @@ class UploadPacer:
 class FrameServer:
     """Serves `handler` on host:port; each binary message is a request, the return value its reply."""
 
-    def __init__(self, handler: Handler, *, max_bytes: int, pacer: UploadPacer) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        max_bytes: int,
+        pacer: UploadPacer,
+        answer_text: Callable[[str], str | None],
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        """`answer_text` replies to a text frame (the reachability probe), or returns None to refuse it;
+        with `ssl_context` (the peer's own certificate) the server speaks only TLS."""
         self._handler = handler
+        self._ssl_context = ssl_context
+        self._answer_text = answer_text
         self._max_bytes = max_bytes
         self._pacer = pacer
         self._server: Server | None = None
@@ -57,6 +91,7 @@ class FrameServer:
         self._server = await serve(
             self._serve_connection,
             sock=listener,
+            ssl=self._ssl_context,
             max_size=self._max_bytes,
             compression=None,
             ping_interval=20,
@@ -66,8 +101,12 @@ class FrameServer:
         with suppress(ConnectionClosed):
             async for message in connection:
                 if isinstance(message, str):
-                    await connection.close(1003, "data plane messages are binary frames")
-                    return
+                    answer = self._answer_text(message)
+                    if answer is None:
+                        await connection.close(1003, "data plane messages are binary frames")
+                        return
+                    await connection.send(answer)
+                    continue
                 reply = await self._handler(message)
                 await self._pacer.pace(len(reply))
                 await connection.send(reply)
@@ -79,20 +118,41 @@ class FrameServer:
 
 
 class FramePool:
-    """Client side: reuses idle connections per address, one request in flight per connection."""
+    """Client side: reuses idle connections per address, one request in flight per connection.
+
+    The pool knows each address's certificate fingerprint from the endpoints the coordinator listed
+    (`learn`): an address with one is dialled over wss and kept only if its certificate matches;
+    one without is dialled over plain ws (local runs). An address the coordinator never listed for
+    a peer of this run (swarm view, barrier group, state sources) is never dialled: whoever else
+    names one (a hostile peer's frame, a bug) cannot make this peer connect anywhere."""
 
     def __init__(self, *, max_bytes: int, pacer: UploadPacer) -> None:
         self._max_bytes = max_bytes
         self._pacer = pacer
+        self._tls = pinned_client_context()
+        self._pins: dict[str, str] = {}
         self._idle: dict[str, list[ClientConnection]] = {}
         self._busy: dict[str, set[ClientConnection]] = {}
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.links = LinkMeter()
 
-    async def request(self, address: str, frame: bytes, timeout: float) -> bytes:
+    async def request(
+        self,
+        address: str,
+        frame: bytes,
+        timeout: float,
+        *,
+        peer_id: int | None = None,
+        compute_s: float = 0.0,
+    ) -> bytes:
+        """The reply to `frame`. With `peer_id`, the exchange also measures the link to that peer
+        (`compute_s`: how long the other peer is expected to compute before answering)."""
         connection = await self._acquire(address, timeout)
         busy = self._busy.setdefault(address, set())
         busy.add(connection)
+        # Timed from before the upload pacing: an emulated slow link must read as slow.
+        started = time.monotonic()
         try:
             await self._pacer.pace(len(frame))
             async with asyncio.timeout(timeout):
@@ -108,8 +168,19 @@ class FramePool:
             raise TransportError(f"peer at {address} answered with text, not a frame")
         self.bytes_sent += len(frame)
         self.bytes_received += len(reply)
+        if peer_id is not None:
+            now = time.monotonic()
+            self.links.observe(peer_id, len(frame) + len(reply), now - started, now, compute_s)
         self._idle.setdefault(address, []).append(connection)
         return reply
+
+    def learn(self, endpoints: Iterable[PeerEndpoint]) -> None:
+        """Take the fingerprints of endpoints the coordinator listed; the latest word per address wins."""
+        for endpoint in endpoints:
+            if self._pins.get(endpoint.address) != endpoint.fingerprint:
+                # Another key at this address (the peer restarted): its old connections are not it.
+                self.abandon(endpoint.address)
+                self._pins[endpoint.address] = endpoint.fingerprint
 
     async def _acquire(self, address: str, timeout: float) -> ClientConnection:
         idle = self._idle.get(address, [])
@@ -117,9 +188,13 @@ class FramePool:
             connection = idle.pop()
             if connection.state.name == "OPEN":
                 return connection
+        if address not in self._pins:
+            raise UnlistedAddress(f"refusing to dial {address}: the coordinator did not list it for this run")
+        pin = self._pins[address]
         try:
-            return await connect(
-                f"ws://{address}",
+            connection = await connect(
+                f"{'wss' if pin else 'ws'}://{address}",
+                ssl=self._tls if pin else None,
                 max_size=self._max_bytes,
                 compression=None,
                 open_timeout=min(timeout, 10.0),
@@ -127,6 +202,14 @@ class FramePool:
             )
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
             raise TransportError(f"cannot connect to peer at {address}: {exc}") from exc
+        if pin:
+            # Checked before any frame (and so any credential) is sent on the connection.
+            try:
+                check_pin(connection.transport, pin, address=address)
+            except PinMismatch as exc:
+                connection.transport.abort()
+                raise TransportError(str(exc)) from exc
+        return connection
 
     def abandon(self, address: str) -> None:
         """Drop every connection to a peer that is gone: requests waiting on it fail at once

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,13 +12,21 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
-from server.checkpoints import CheckpointStore
+from server.checkpoints import routes as checkpoints
+from server.checkpoints.store import CheckpointStore
+from server.datasets import draft_routes as dataset_drafts
+from server.datasets import routes as datasets
+from server.datasets.drafts import DraftStore, utcnow
+from server.datasets.store import DatasetStore
 from server.db import make_engine, make_session_factory, upgrade_database
 from server.errors import install_error_handlers
 from server.feed import FeedHub
+from server.front_door import install_front_door
+from server.housekeeping import purge_periodically, recover_checkpoints
 from server.live import LiveSwarm
 from server.metrics import HttpMetricsMiddleware, Metrics
-from server.routes import auth, checkpoints, feed, peers, presets, runs, system, tokens
+from server.routes import auth, feed, peer_channel, peers, presets, runs, system, tokens
+from server.security import set_hash_concurrency
 from swarmhub.settings import ServerSettings
 
 REPO_FRONTEND = Path(__file__).resolve().parent.parent / "frontend" / "dist"
@@ -45,8 +52,11 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(upgrade_database, settings.database_url)
+        await anyio.to_thread.run_sync(app.state.datasets.clean_incoming)
+        await anyio.to_thread.run_sync(app.state.dataset_drafts.prune, utcnow())
         engine = make_engine(settings.database_url)
         app.state.session_factory = make_session_factory(engine)
+        await anyio.to_thread.run_sync(recover_checkpoints, app.state.session_factory, app.state.checkpoints)
         live = LiveSwarm(
             session_factory=app.state.session_factory,
             settings=settings,
@@ -55,9 +65,11 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         )
         await live.start()
         app.state.live = live
+        purging = asyncio.create_task(purge_periodically(app.state.session_factory, settings))
         try:
             yield
         finally:
+            purging.cancel()
             await live.stop()
             engine.dispose()
 
@@ -71,14 +83,27 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.feed = FeedHub()
     app.state.metrics = Metrics()
     app.state.checkpoints = CheckpointStore(settings.checkpoint_dir)
+    app.state.datasets = DatasetStore(settings.dataset_dir)
+    app.state.dataset_drafts = DraftStore(settings)
     install_error_handlers(app)
     app.add_middleware(HttpMetricsMiddleware, metrics=app.state.metrics)
+    install_front_door(app, max_body_bytes=settings.max_body_bytes)
+    set_hash_concurrency(settings.password_hash_concurrency)
 
-    for module in (system, auth, presets, runs, checkpoints, tokens, peers, feed):
+    for module in (
+        system,
+        auth,
+        presets,
+        runs,
+        checkpoints,
+        datasets,
+        dataset_drafts,
+        tokens,
+        peers,
+        feed,
+        peer_channel,
+    ):
         app.include_router(module.router)
-    # The peers' control channel is written alongside; include it once it exists.
-    if importlib.util.find_spec("server.peer_channel") is not None:
-        app.include_router(importlib.import_module("server.peer_channel").router)
 
     # Last: the dashboard catches every path the API did not claim.
     frontend = _frontend_dir(settings)

@@ -11,7 +11,7 @@ from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBea
 
 from server.deps import SessionDep
 from server.models import AuthSession, User
-from server.services.accounts import find_session
+from server.services.accounts import find_session, touch
 from swarmhub.settings import ServerSettings
 
 SESSION_COOKIE = "swarmhub_session"
@@ -47,10 +47,12 @@ def get_caller(
     token = bearer.credentials if bearer is not None else cookie
     if not token:
         raise _unauthenticated("not logged in: send the session cookie or an Authorization: Bearer token")
-    found = find_session(session, token)
+    settings: ServerSettings = request.app.state.settings
+    found = find_session(session, token, idle_minutes=settings.session_idle_minutes)
     if found is None:
         raise _unauthenticated("session expired or invalid: log in again")
     auth_session, user = found
+    touch(session, auth_session)
     # A bearer token cannot be attached by a third-party site, a cookie can: only cookies need CSRF.
     if bearer is None and request.method not in SAFE_METHODS:
         sent = request.headers.get(CSRF_HEADER, "")
@@ -73,15 +75,20 @@ CurrentUser = Annotated[Caller, Depends(get_caller)]
 AdminUser = Annotated[Caller, Depends(require_admin)]
 
 
+def cookies_secure(request: Request, settings: ServerSettings) -> bool:
+    # The scheme is https behind a trusted proxy that says so (X-Forwarded-Proto, forwarded_allow_ips).
+    return settings.secure_cookies or request.url.scheme == "https"
+
+
 def set_session_cookies(
-    response: Response, settings: ServerSettings, *, token: str, csrf_token: str, max_age: int
+    response: Response, *, secure: bool, token: str, csrf_token: str, max_age: int
 ) -> None:
-    common = {"max_age": max_age, "secure": settings.cookie_secure, "samesite": "lax", "path": "/"}
+    common = {"max_age": max_age, "secure": secure, "samesite": "lax", "path": "/"}
     response.set_cookie(SESSION_COOKIE, token, httponly=True, **common)
     # Readable by the page's script, which echoes it in X-CSRF-Token; another site cannot read it.
     response.set_cookie(CSRF_COOKIE, csrf_token, httponly=False, **common)
 
 
-def clear_session_cookies(response: Response, settings: ServerSettings) -> None:
+def clear_session_cookies(response: Response, *, secure: bool) -> None:
     for name in (SESSION_COOKIE, CSRF_COOKIE):
-        response.delete_cookie(name, path="/", secure=settings.cookie_secure, samesite="lax")
+        response.delete_cookie(name, path="/", secure=secure, samesite="lax")

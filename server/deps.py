@@ -9,6 +9,7 @@ from fastapi import Depends, Path, Request
 from sqlalchemy.orm import Session
 
 from server.feed import FeedHub
+from server.live import LiveSwarm
 from swarmhub.settings import ServerSettings
 
 
@@ -26,6 +27,11 @@ def get_feed(request: Request) -> FeedHub:
     return request.app.state.feed
 
 
+def get_live(request: Request) -> LiveSwarm:
+    """The live swarm. It lives on the event loop: sync routes call it through `anyio.from_thread.run`."""
+    return request.app.state.live
+
+
 MAX_ID = 2**31 - 1
 """Ids are 32-bit on both databases; larger ones cannot exist and would overflow the driver."""
 
@@ -36,3 +42,4 @@ TokenId = Annotated[int, Path(ge=1, le=MAX_ID)]
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[ServerSettings, Depends(get_settings)]
 FeedDep = Annotated[FeedHub, Depends(get_feed)]
+LiveDep = Annotated[LiveSwarm, Depends(get_live)]

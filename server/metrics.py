@@ -7,7 +7,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.models import RUN_STATUSES
+from swarmhub.status import RunStatus
 
 
 class Metrics:
@@ -33,8 +33,8 @@ class Metrics:
             registry=self.registry,
         )
 
-    def set_run_counts(self, counts: dict[str, int]) -> None:
-        for status in RUN_STATUSES:
+    def set_run_counts(self, counts: dict[RunStatus, int]) -> None:
+        for status in RunStatus:
             self.runs.labels(status=status).set(counts.get(status, 0))
 
 

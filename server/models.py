@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from enum import StrEnum
+from typing import Any, ClassVar, TypeVar, get_args
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from swarmhub.run_settings import CompressionName, OptimizerName, RunSettings
+from swarmhub.status import PeerState, RunStatus
 
 # Explicit constraint names keep migrations identical on SQLite and PostgreSQL, and let later
 # revisions drop or alter constraints by name.
@@ -20,10 +24,6 @@ NAMING_CONVENTION = {
 }
 
 USER_ROLES = ("owner", "admin")
-RUN_STATUSES = ("active", "paused", "archived", "finished")
-PEER_STATES = ("joining", "active", "lost", "left", "kicked", "banned")
-COMPRESSIONS = ("none", "float16", "int8")
-OPTIMIZERS = ("adamw", "sgd")
 
 
 def utcnow() -> datetime:
@@ -50,6 +50,27 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+E = TypeVar("E", bound=StrEnum)
+
+
+class StrEnumColumn(sa.TypeDecorator[E]):
+    """A string column holding an enum's values; rows give back enum members, not plain strings."""
+
+    impl = sa.String(16)
+    cache_ok = True
+
+    def __init__(self, enum: type[E]) -> None:
+        super().__init__()
+        self.enum = enum
+
+    def process_bind_param(self, value: E | str | None, dialect: Dialect) -> str | None:
+        # Through the enum, so a misspelt state fails here rather than at the CHECK constraint.
+        return None if value is None else self.enum(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> E | None:
+        return None if value is None else self.enum(value)
+
+
 def _one_of(column: str, values: tuple[str, ...]) -> sa.CheckConstraint:
     allowed = ", ".join(f"'{v}'" for v in values)
     return sa.CheckConstraint(f"{column} IN ({allowed})", name=column)
@@ -61,6 +82,8 @@ class Base(DeclarativeBase):
         datetime: UTCDateTime(),
         float: sa.Double(),
         dict[str, Any]: sa.JSON(),
+        RunStatus: StrEnumColumn(RunStatus),
+        PeerState: StrEnumColumn(PeerState),
     }
 
 
@@ -87,18 +110,35 @@ class AuthSession(Base):
     csrf_token: Mapped[str] = mapped_column(sa.String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    """Last use, to within a minute: a session idle for `session_idle_minutes` has ended."""
+
+
+class LoginThrottle(Base):
+    """Failed logins per account name and per client address; in the database, so the backoff
+    holds across restarts and across coordinator workers."""
+
+    __tablename__ = "login_throttle"
+
+    key: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    """'user:<username>' or 'addr:<client address>'."""
+    failures: Mapped[int] = mapped_column(default=0)
+    last_failure_at: Mapped[datetime]
+    locked_until: Mapped[datetime | None]
 
 
 class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (
-        _one_of("status", RUN_STATUSES),
-        _one_of("compression", COMPRESSIONS),
-        _one_of("optimizer", OPTIMIZERS),
+        _one_of("status", tuple(RunStatus)),
+        _one_of("compression", get_args(CompressionName)),
+        _one_of("optimizer", get_args(OptimizerName)),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     owner_id: Mapped[int] = mapped_column(sa.ForeignKey("users.id"), index=True)
+    # The owner's settings, one column per RunSettings field (swarmhub/run_settings.py documents
+    # them); tests/server/test_run_settings.py fails when a field has no matching column.
     name: Mapped[str] = mapped_column(sa.String(200))
     model_preset: Mapped[str] = mapped_column(sa.String(32))
     dataset: Mapped[str] = mapped_column(sa.String(1000))
@@ -113,12 +153,8 @@ class Run(Base):
     compression: Mapped[str] = mapped_column(sa.String(16))
     max_steps: Mapped[int | None]
     seed: Mapped[int]
-    rebalance: Mapped[bool] = mapped_column(default=True)
-    corpus_fingerprint: Mapped[str | None] = mapped_column(sa.String(64))
-    """Digest of the dataset's bytes as the first peer read them; later peers must read the same
-    (the bundled corpus is the running Python's standard library, which differs by version)."""
-    """Move peers toward the bottleneck stage; off only to measure what rebalancing buys."""
-    status: Mapped[str] = mapped_column(sa.String(16), default="active")
+    rebalance: Mapped[bool]
+    status: Mapped[RunStatus] = mapped_column(default=RunStatus.ACTIVE)
     current_step: Mapped[int] = mapped_column(default=0)
     next_sample: Mapped[int] = mapped_column(sa.BigInteger, default=0)
     """Global data cursor: the first sample index not yet granted to any trainer."""
@@ -128,6 +164,20 @@ class Run(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
+def run_settings(run: Run) -> RunSettings:
+    """The settings a run was created with, read back from its row."""
+    return RunSettings.model_validate({name: getattr(run, name) for name in RunSettings.model_fields})
+
+
+def fill_run_settings(run: Run, settings: RunSettings) -> None:
+    """Write every setting into the row's columns (RunCreate and other subclasses included)."""
+    for name in RunSettings.model_fields:
+        setattr(run, name, getattr(settings, name))
+
+
+DEFAULT_PEERS_PER_TOKEN = 32
+
+
 class JoinToken(Base):
     __tablename__ = "join_tokens"
 
@@ -135,18 +185,27 @@ class JoinToken(Base):
     run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     token_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
     label: Mapped[str] = mapped_column(sa.String(100), default="")
+    max_peers: Mapped[int] = mapped_column(default=DEFAULT_PEERS_PER_TOKEN)
+    """How many peers this token may register; one token cannot mint an unbounded swarm."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None]
 
 
 class Peer(Base):
     __tablename__ = "peers"
-    __table_args__ = (_one_of("state", PEER_STATES),)
+    __table_args__ = (_one_of("state", tuple(PeerState)),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(sa.String(100))
-    address: Mapped[str] = mapped_column(sa.String(200))
+    address: Mapped[str] = mapped_column(sa.String(270))
+    """host:port other peers dial: the peer's `announce`, else where its registration came from."""
+    tls_fingerprint: Mapped[str] = mapped_column(sa.String(64), default="")
+    """SHA-256 (hex) of its data-plane certificate; empty for a plain ws data plane."""
+    reachable: Mapped[bool | None]
+    """What the coordinator's last probe of its data plane found (None: not probed yet)."""
+    link_rates: Mapped[dict[str, float] | None] = mapped_column(sa.JSON)
+    """Data-plane rates it measured to other peers (peer id -> bytes/s), from its heartbeats."""
     device: Mapped[str] = mapped_column(sa.String(16))
     device_name: Mapped[str] = mapped_column(sa.String(200), default="")
     throughput: Mapped[float] = mapped_column(default=0.0)
@@ -155,7 +214,7 @@ class Peer(Base):
     stage: Mapped[int | None]
     requested_stage: Mapped[int | None]
     """The stage the participant asked for with --stage; None lets the coordinator choose."""
-    state: Mapped[str] = mapped_column(sa.String(16), default="joining")
+    state: Mapped[PeerState] = mapped_column(default=PeerState.JOINING)
     credential_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
     join_token_id: Mapped[int | None] = mapped_column(
         sa.ForeignKey("join_tokens.id", ondelete="SET NULL"), index=True
@@ -193,6 +252,10 @@ class Step(Base):
     samples_lost: Mapped[int]
     samples_counted: Mapped[list[int]] = mapped_column(sa.JSON)
     duration_s: Mapped[float]
+    learning_rate: Mapped[float | None]
+    grad_scale: Mapped[float | None]
+    attempts: Mapped[list[int] | None] = mapped_column(sa.JSON)
+    """Each stage's averaging attempt; with the two above, the update peers apply (None before 0004)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -234,4 +297,37 @@ class Checkpoint(Base):
     """Relative to the checkpoint directory: run-<id>/step-<n>/stage-<s>.safetensors."""
     bytes: Mapped[int] = mapped_column(sa.BigInteger)
     sha256: Mapped[str] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class RequestedCheckpoint(Base):
+    """The coordinator asked `peer_id` to upload `stage` as of `step`: the only uploads it accepts."""
+
+    __tablename__ = "checkpoint_requests"
+    __table_args__ = (sa.UniqueConstraint("run_id", "step", "stage", "peer_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    peer_id: Mapped[int] = mapped_column(sa.ForeignKey("peers.id", ondelete="CASCADE"), index=True)
+    step: Mapped[int]
+    stage: Mapped[int]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Dataset(Base):
+    """An owner's dataset: its manifest and shards live under settings.dataset_dir.
+
+    `digest` is the dataset's id (the sha256 of its manifest); two owners who upload the same bytes
+    each get a row with the same digest, and runs name the digest."""
+
+    __tablename__ = "datasets"
+    __table_args__ = (sa.UniqueConstraint("owner_id", "digest"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    digest: Mapped[str] = mapped_column(sa.String(64), index=True)
+    owner_id: Mapped[int] = mapped_column(sa.ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(sa.String(200))
+    bytes: Mapped[int] = mapped_column(sa.BigInteger)
+    shards: Mapped[int]
+    files: Mapped[int]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from swarmhub.presets import PRESETS
-from swarmhub.wire import CompressionName, OptimizerName
+from server.models import DEFAULT_PEERS_PER_TOKEN
+from server.security import MAX_PASSWORD_LENGTH, password_problem
+from swarmhub.run_settings import RunSettings
+from swarmhub.status import PeerState, RunStatus
 
 UserRole = Literal["owner", "admin"]
-RunStatus = Literal["active", "paused", "archived", "finished"]
-PeerState = Literal["joining", "active", "lost", "left", "kicked", "banned"]
-BUNDLED_DATASET = "python-stdlib"
 
 
 class Body(BaseModel):
@@ -39,8 +37,32 @@ class LoginRequest(Body):
 
 class UserCreate(Body):
     username: str = Field(min_length=3, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
-    password: str = Field(min_length=8, max_length=1024)
+    password: str = Field(min_length=1, max_length=MAX_PASSWORD_LENGTH)
+    """At least 12 characters, not the username; any characters (server.security.password_problem)."""
     role: UserRole = "owner"
+
+    @field_validator("password")
+    @classmethod
+    def _password_policy(cls, password: str, info: ValidationInfo) -> str:
+        problem = password_problem(password, info.data.get("username", ""))
+        if problem is not None:
+            raise ValueError(problem)
+        return password
+
+
+class PasswordChange(Body):
+    current_password: str = Field(min_length=1, max_length=MAX_PASSWORD_LENGTH)
+    new_password: str = Field(min_length=1, max_length=MAX_PASSWORD_LENGTH)
+
+
+class UserUpdate(Body):
+    disabled: bool
+    """True disables the account and ends its sessions at once; false enables it again."""
+
+
+class SessionsEnded(BaseModel):
+    ended: int
+    """How many sessions ended."""
 
 
 class UserOut(Out):
@@ -62,64 +84,13 @@ class LoginResponse(BaseModel):
 # ---- runs ----------------------------------------------------------------------------------
 
 
-class RunCreate(Body):
-    name: str = Field(min_length=1, max_length=200)
-    model_preset: str = "tiny"
-    dataset: str = Field(default=BUNDLED_DATASET, min_length=1, max_length=1000)
-    """'python-stdlib' (bundled) or an absolute path on the peers' machines."""
-    num_stages: int = Field(default=2, ge=1)
-    target_batch_size: int = Field(default=32, ge=1, le=1_000_000)
-    microbatch_size: int = Field(default=8, ge=1, le=65_536)
-    seq_len: int = Field(default=64, ge=8)
-    optimizer: OptimizerName = "adamw"
-    learning_rate: float = Field(default=3e-3, gt=0, le=10, allow_inf_nan=False)
-    warmup_steps: int = Field(default=10, ge=0, le=1_000_000)
-    weight_decay: float = Field(default=0.01, ge=0, le=10, allow_inf_nan=False)
-    compression: CompressionName = "none"
-    max_steps: int | None = Field(default=None, ge=1, le=100_000_000)
-    seed: int = Field(default=0, ge=0, le=2**31 - 1)
-    rebalance: bool = True
-    """Move peers toward the bottleneck stage as measured throughputs change."""
-
-    @model_validator(mode="after")
-    def _consistent(self) -> RunCreate:
-        preset = PRESETS.get(self.model_preset)
-        if preset is None:
-            raise ValueError(
-                f"unknown model_preset {self.model_preset!r}; choose one of {', '.join(PRESETS)}"
-            )
-        if self.num_stages > preset.n_layer:
-            raise ValueError(
-                f"num_stages must be at most {preset.n_layer}:"
-                f" preset {preset.name!r} has {preset.n_layer} blocks"
-            )
-        if self.seq_len > preset.max_seq_len:
-            raise ValueError(f"seq_len must be at most {preset.max_seq_len} for preset {preset.name!r}")
-        if self.target_batch_size % self.microbatch_size:
-            raise ValueError("target_batch_size must be a multiple of microbatch_size")
-        if self.dataset != BUNDLED_DATASET and not PurePosixPath(self.dataset).is_absolute():
-            raise ValueError(f"dataset must be {BUNDLED_DATASET!r} or an absolute path")
-        return self
+class RunCreate(Body, RunSettings):
+    """A new run: its settings (swarmhub/run_settings.py); unknown fields are refused."""
 
 
-class RunOut(Out):
+class RunOut(Out, RunSettings):
     id: int
     owner_id: int
-    name: str
-    model_preset: str
-    dataset: str
-    num_stages: int
-    target_batch_size: int
-    microbatch_size: int
-    seq_len: int
-    optimizer: OptimizerName
-    learning_rate: float
-    warmup_steps: int
-    weight_decay: float
-    compression: CompressionName
-    max_steps: int | None
-    seed: int
-    rebalance: bool
     status: RunStatus
     current_step: int
     created_at: datetime
@@ -148,12 +119,15 @@ class PresetOut(Out):
 
 class TokenCreate(Body):
     label: str = Field(default="", max_length=100)
+    max_peers: int = Field(default=DEFAULT_PEERS_PER_TOKEN, ge=1, le=10_000)
+    """How many peers this token may register (give each participant their own token)."""
 
 
 class TokenOut(Out):
     id: int
     run_id: int
     label: str
+    max_peers: int
     created_at: datetime
     revoked_at: datetime | None
 
@@ -177,11 +151,21 @@ class PeerOut(Out):
     throughput: float
     queue_length: int
     samples_done: int
+    link_rates: dict[int, float] = Field(default_factory=dict)
+    """Data-plane rates this peer measured to other peers (peer id -> bytes per second), recent ones."""
     stage: int | None
     state: PeerState
+    reachable: bool | None
+    """Whether the coordinator reached its data plane where it announced it (None: not probed yet).
+    A peer that cannot be reached trains only."""
     last_heartbeat: datetime | None
     joined_at: datetime
     left_at: datetime | None
+
+    @field_validator("link_rates", mode="before")
+    @classmethod
+    def _no_links_yet(cls, value: object) -> object:
+        return {} if value is None else value
 
 
 class PeerAction(Body):
@@ -265,6 +249,13 @@ class StepFrame(BaseModel):
 class EventFrame(BaseModel):
     type: Literal["event"] = "event"
     event: EventOut
+
+
+class FeedAuth(Body):
+    """A feed client without the session cookie (an API client) sends this first."""
+
+    type: Literal["auth"] = "auth"
+    token: str = Field(min_length=1, max_length=256)
 
 
 class PingFrame(BaseModel):

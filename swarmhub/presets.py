@@ -21,13 +21,24 @@ class ModelPreset:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
 
     @property
-    def parameter_count(self) -> int:
+    def embedding_parameters(self) -> int:
+        """Token and position embeddings: the first stage's extra parameters."""
+        return VOCAB_SIZE * self.d_model + self.max_seq_len * self.d_model
+
+    @property
+    def block_parameters(self) -> int:
         d = self.d_model
-        embeddings = VOCAB_SIZE * d + self.max_seq_len * d
         # attention: qkv (3d^2 + 3d) and output (d^2 + d); MLP: d->4d->d; two LayerNorms (2d each)
-        block = (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d) + 4 * d
-        head = 2 * d + d * VOCAB_SIZE + VOCAB_SIZE
-        return embeddings + self.n_layer * block + head
+        return (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d) + 4 * d
+
+    @property
+    def head_parameters(self) -> int:
+        """Final LayerNorm and the vocabulary head: the last stage's extra parameters."""
+        return 2 * self.d_model + self.d_model * VOCAB_SIZE + VOCAB_SIZE
+
+    @property
+    def parameter_count(self) -> int:
+        return self.embedding_parameters + self.n_layer * self.block_parameters + self.head_parameters
 
 
 PRESETS: dict[str, ModelPreset] = {

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import ByteSize, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -18,10 +19,25 @@ class ServerSettings(BaseSettings):
     """SQLAlchemy URL. SQLite is the embedded default; use postgresql+psycopg://... in production."""
     host: str = "127.0.0.1"
     port: int = 8000
+    public_url: str = Field(default="", pattern=r"^(https?://[^/\s]+/?)?$")
+    """The URL participants on other machines reach the coordinator at (a public name, a reverse
+    proxy's https URL); join commands name it. Empty: the URL this coordinator listens on."""
     heartbeat_timeout_s: float = Field(default=15.0, gt=0)
     """A peer whose heartbeats stop for this long is marked lost."""
     checkpoint_dir: Path = Path("var/checkpoints")
     """Where stage checkpoints uploaded by peers are stored."""
+    dataset_dir: Path = Path("var/datasets")
+    """Where datasets are kept as content-addressed shards (shards/<sha256>, manifests/<id>.json)."""
+    dataset_upload_max_bytes: int = Field(default=1024**3, ge=1)
+    """The largest file an owner may upload through the API; `swarmhub dataset add` has no limit."""
+    dataset_draft_max_files: int = Field(default=1000, ge=1)
+    """How many files an owner may add to one dataset draft (`POST /api/datasets/drafts`)."""
+    dataset_draft_max_bytes: int = Field(default=4 * 1024**3, ge=1)
+    """The most bytes the files of one dataset draft may add up to."""
+    dataset_drafts_per_owner: int = Field(default=4, ge=1)
+    """How many unsealed drafts one owner may hold at a time."""
+    dataset_draft_ttl_s: float = Field(default=24 * 3600.0, gt=0)
+    """A draft no file was added to for this long is abandoned: its files are deleted."""
     checkpoint_every_steps: int = Field(default=20, ge=1)
     """A stage checkpoint is taken every this many steps (and on request, and when a run finishes)."""
     checkpoint_keep: int = Field(default=3, ge=1)
@@ -29,8 +45,52 @@ class ServerSettings(BaseSettings):
     frontend_dir: Path | None = None
     """Built dashboard (frontend/dist); served at / when present."""
     cookie_secure: bool = False
-    """Mark session cookies Secure; turn on behind HTTPS."""
+    """Mark session cookies Secure; turn on behind a reverse proxy that serves HTTPS (always on when
+    the coordinator serves TLS itself)."""
+    tls_cert: Path | None = None
+    """PEM certificate (chain): serve HTTPS and WSS with it. Needs `tls_key`."""
+    tls_key: Path | None = None
+    """PEM private key of `tls_cert`."""
+    forwarded_allow_ips: str = "127.0.0.1"
+    """Comma-separated addresses of reverse proxies whose X-Forwarded-For/-Proto headers are trusted
+    (uvicorn's option); '*' trusts any, only for a coordinator no one else can reach directly."""
     session_days: int = Field(default=14, gt=0)
+    session_idle_minutes: float = Field(default=720.0, gt=0)
+    """A session unused for this long ends (expired sessions are purged periodically)."""
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    """Largest request body the API reads; checkpoint and dataset uploads stream and have their own limits."""
+    password_hash_concurrency: int = Field(default=2, ge=1)
+    """How many argon2 hashes run at once (each takes `security.ARGON2_MEMORY_KIB` of memory)."""
+    checkpoint_quota_bytes: int = Field(default=64 * 1024**3, ge=0)
+    """Disk space one run's checkpoints may take; an upload past it is refused. 0: no quota."""
+    averaging_deadline_s: float = Field(default=60.0, gt=0)
+    """The least time a stage's gradient averaging gets before it goes on without the peers holding it up
+    (more for big stages: twice what a peer allows itself to push its gradients)."""
+    fault_point: str = Field(default="", pattern=r"^((averaged|recorded|applying|opened)@\d+)?$")
+    """Testing aid, never for production: `POINT@STEP` makes the coordinator exit abruptly at that phase
+    boundary of that step (averaged: before the step is written; recorded: written, no update sent;
+    applying: updates sent; opened: the next step opened), as a killed coordinator would."""
+
+    def join_url(self) -> str:
+        """The coordinator URL a join command names: `public_url`, else where it listens (with this
+        machine's host name in place of a wildcard address, which no other machine can dial)."""
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
+        scheme = "https" if self.tls_cert is not None else "http"
+        return f"{scheme}://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Self:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("give both tls_cert and tls_key (--tls-cert, --tls-key), or neither")
+        return self
+
+    @property
+    def secure_cookies(self) -> bool:
+        """Cookies are Secure whenever browsers reach the coordinator over HTTPS: its own TLS, or a
+        reverse proxy's https public URL (a request seen as https also gets them, see server.auth)."""
+        return self.cookie_secure or self.tls_cert is not None or self.public_url.startswith("https://")
 
 
 class PeerSettings(BaseSettings):
@@ -41,10 +101,13 @@ class PeerSettings(BaseSettings):
     device: Literal["cpu", "cuda"] = "cpu"
     stage: str = "auto"
     """'auto' lets the coordinator choose; a number asks for that stage."""
-    listen_host: str = "127.0.0.1"
-    """Address the data-plane server binds to and registers with the coordinator."""
+    listen_host: str = "0.0.0.0"
+    """Address the data-plane server binds to (every interface by default)."""
     listen_port: int = 0
     """0 picks a free port."""
+    announce: str = ""
+    """host[:port] other peers should dial (a port forward, a container's service name). Empty: the
+    address the coordinator sees this peer connect from, with the port bound."""
     threads: int = Field(default=1, ge=1)
     """torch intra-op threads; several peers often share one machine."""
     slowdown: float = Field(default=1.0, ge=1.0)
@@ -55,3 +118,15 @@ class PeerSettings(BaseSettings):
     """How long a trainer waits for one stage call before retrying on another peer."""
     trainer: bool = True
     """Also drive microbatches through the pipeline (not only serve a stage)."""
+    coordinator_ca: Path | None = None
+    """PEM certificate(s) to trust for an https coordinator instead of the system's store (a
+    self-signed deployment)."""
+    data_dir: Path | None = None
+    """Where downloaded dataset shards are kept (shards/<sha256>); may hold a copy of the
+    coordinator's shards, each checked against its hash before use. Default: the user's cache."""
+    data_plane_tls: bool = False
+    """Serve the data plane over TLS with a key pair generated at start (others pin its fingerprint).
+    Always on when the coordinator URL is https."""
+    max_memory: ByteSize | None = None
+    """The most memory this peer may use for a run ('16GiB', '512MB', bytes); a run whose estimate is
+    larger is refused before anything is allocated. None: the device's free memory when joining."""

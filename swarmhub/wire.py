@@ -12,35 +12,44 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-OptimizerName = Literal["adamw", "sgd"]
-CompressionName = Literal["none", "float16", "int8"]
+from swarmhub.run_settings import CompressionName as CompressionName
+from swarmhub.run_settings import OptimizerName as OptimizerName
+from swarmhub.run_settings import RunSettings
+from swarmhub.status import RunStatus
+
 DeviceName = Literal["cpu", "cuda"]
+HOST_OPTIONAL_PORT = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+)(:\d{1,5})?$"
+FINGERPRINT = r"^([0-9a-f]{64})?$"
+FRAME_KEY = r"^([0-9a-f]{64})?$"
+"""An Ed25519 public key (hex) a peer signs its data-plane frames with; empty: none."""
+
+
+# Every number a peer reports is finite and bounded here, at the wire: one absurd figure (Infinity, NaN,
+# 1e23) must not break the dashboard's JSON, the database's integer columns or a step's arithmetic.
+MAX_INT = 2**31 - 1
+StepNumber = Annotated[int, Field(ge=0, le=MAX_INT)]
+Attempt = Annotated[int, Field(ge=0, le=10_000)]
+StageIndex = Annotated[int, Field(ge=0, le=63)]
+PeerId = Annotated[int, Field(ge=1, le=MAX_INT)]
+Count = Annotated[int, Field(ge=0, le=MAX_INT)]
+SamplesPerSecond = Annotated[float, Field(ge=0, le=1e7)]
+QueueLength = Annotated[int, Field(ge=0, le=100_000)]
+BytesPerSecond = Annotated[float, Field(ge=0, le=1e12)]
+Loss = Annotated[float, Field(ge=0, le=1e4)]
+"""Cross-entropy of a byte-level model: ln(256) ~ 5.5 at random; anything near the bound is a lie or a bug."""
+NormSquared = Annotated[float, Field(ge=0, le=1e30)]
+MicrobatchId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+Reason = Annotated[str, Field(max_length=500)]
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
 
-class RunSpec(Message):
-    """What a peer needs to know about a run to train it."""
+class RunSpec(Message, RunSettings):
+    """What a peer needs to know about a run to train it: its id and its settings."""
 
     run_id: int
-    name: str
-    model_preset: str
-    dataset: str
-    """'python-stdlib' (the bundled default corpus) or a path to a text file or directory."""
-    num_stages: int = Field(ge=1, le=64)
-    target_batch_size: int = Field(ge=1)
-    """Samples per global step, summed over the whole swarm."""
-    microbatch_size: int = Field(ge=1)
-    seq_len: int = Field(ge=8)
-    optimizer: OptimizerName
-    learning_rate: float = Field(gt=0)
-    warmup_steps: int = Field(ge=0)
-    weight_decay: float = Field(ge=0)
-    compression: CompressionName
-    max_steps: int | None = Field(default=None, ge=1)
-    seed: int = 0
 
 
 class PeerEndpoint(Message):
@@ -53,6 +62,23 @@ class PeerEndpoint(Message):
     throughput: float = 0.0
     """Samples per second the peer measured for its stage (EMA)."""
     queue_length: int = 0
+    fingerprint: str = Field(default="", pattern=FINGERPRINT)
+    """SHA-256 (hex) of its data-plane certificate: callers use TLS and accept only that key (empty:
+    plain ws)."""
+
+
+class Ticket(BaseModel):
+    """The coordinator's signed word that `peer_id` of `run_id` signs its data-plane frames with
+    `public_key` until `expires_at` (unix seconds, the coordinator's clock); `swarmhub/tickets.py`.
+    Strict: it also travels inside data-plane frame headers, which are parsed strictly."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    run_id: Annotated[int, Field(ge=0, le=2**53)]
+    peer_id: Annotated[int, Field(ge=0, le=2**53)]
+    public_key: str = Field(pattern=r"^[0-9a-f]{64}$")
+    expires_at: Annotated[int, Field(ge=0, le=2**40)]
+    signature: str = Field(pattern=r"^[0-9a-f]{128}$")
 
 
 # ---- peer -> coordinator -------------------------------------------------------------------
@@ -62,20 +88,22 @@ class Hello(Message):
     """First frame on the control channel; anything else first closes it with 1008."""
 
     type: Literal["hello"] = "hello"
-    peer_id: int
-    credential: str
-    throughput: float = Field(default=0.0, ge=0)
+    peer_id: PeerId
+    credential: str = Field(max_length=200)
+    frame_key: str = Field(default="", pattern=FRAME_KEY)
+    """The key this peer signs data-plane frames with; the coordinator issues tickets for it."""
+    throughput: SamplesPerSecond = 0.0
     """Samples per second from the peer's start-up benchmark on the run's model."""
-    corpus_fingerprint: str = Field(default="", max_length=64)
-    """Digest of the dataset as this peer read it; the run's peers must all read the same bytes."""
 
 
 class Heartbeat(Message):
     type: Literal["heartbeat"] = "heartbeat"
-    throughput: float = Field(ge=0)
-    queue_length: int = Field(ge=0)
-    samples_done: int = Field(ge=0)
+    throughput: SamplesPerSecond
+    queue_length: QueueLength
+    samples_done: Count
     """Samples this peer's stage has processed since it joined."""
+    links: dict[PeerId, BytesPerSecond] = Field(default_factory=dict, max_length=256)
+    """Data-plane rates this peer measured to other peers (peer id -> bytes per second), recent ones."""
 
 
 class WorkRequest(Message):
@@ -84,62 +112,81 @@ class WorkRequest(Message):
     type: Literal["work_request"] = "work_request"
 
 
+class ServedCall(Message):
+    """One stage call of a microbatch as its trainer saw it: who served it and how long it took."""
+
+    peer_id: PeerId
+    samples: int = Field(ge=1, le=MAX_INT)
+    seconds: float = Field(gt=0, le=3600)
+
+
 class MicrobatchDone(Message):
     type: Literal["microbatch_done"] = "microbatch_done"
-    step: int
-    microbatch_id: str
-    samples: int = Field(ge=1)
-    loss: float
-    retries: int = Field(default=0, ge=0)
-    bytes_sent: int = Field(default=0, ge=0)
+    step: StepNumber
+    microbatch_id: MicrobatchId
+    samples: int = Field(ge=1, le=MAX_INT)
+    loss: Loss
+    retries: int = Field(default=0, ge=0, le=10_000)
+    bytes_sent: Count = 0
+    served: list[ServedCall] = Field(default_factory=list, max_length=256)
+    """Every successful stage call, so the coordinator learns what each peer really serves."""
     """Data-plane bytes the trainer sent and received for this microbatch (all stages, both ways)."""
 
 
 class MicrobatchFailed(Message):
     type: Literal["microbatch_failed"] = "microbatch_failed"
-    step: int
-    microbatch_id: str
-    reason: str
+    step: StepNumber
+    microbatch_id: MicrobatchId
+    reason: Reason
 
 
 class AveragingDone(Message):
     """A stage peer has averaged its gradients with its group and is ready to apply them."""
 
     type: Literal["averaging_done"] = "averaging_done"
-    step: int
-    attempt: int
-    stage: int
-    contributors: list[int]
+    step: StepNumber
+    attempt: Attempt
+    stage: StageIndex
+    contributors: list[PeerId] = Field(max_length=4096)
     """Peer ids whose gradients went into the average."""
-    counted: list[str]
+    counted: list[MicrobatchId] = Field(max_length=1_000_000)
     """Microbatch ids accumulated on this stage, over all contributors (each once)."""
-    grad_sum_norm_sq: float = Field(ge=0)
+    grad_sum_norm_sq: NormSquared
     """Squared L2 norm of the stage's summed (not yet divided) gradient, for clipping by global norm."""
 
 
 class StepApplied(Message):
     type: Literal["step_applied"] = "step_applied"
-    step: int
-    stage: int
+    step: StepNumber
+    stage: StageIndex
 
 
 class StageReady(Message):
     """The peer holds its stage's parameters as of the start of `step` and can serve calls."""
 
     type: Literal["stage_ready"] = "stage_ready"
-    stage: int
-    step: int
+    stage: StageIndex
+    step: StepNumber
     origin: Literal["kept", "copied", "checkpoint", "initialized"]
     """Where its parameters came from: its own (a rejoin), a live peer, a checkpoint, or a fresh
     initialization (at step 0 the normal start; later it means the stage's training was lost)."""
+
+
+class StageLoadFailed(Message):
+    """The peer could not load its assigned stage from any source offered; it stays unassigned."""
+
+    type: Literal["stage_load_failed"] = "stage_load_failed"
+    stage: StageIndex
+    step: StepNumber
+    reason: Reason
 
 
 class PeerUnreachable(Message):
     """A trainer could not reach another peer's data plane (not a refusal: no answer at all)."""
 
     type: Literal["peer_unreachable"] = "peer_unreachable"
-    peer_id: int
-    reason: str = Field(max_length=500)
+    peer_id: PeerId
+    reason: Reason
 
 
 class Goodbye(Message):
@@ -157,6 +204,7 @@ PeerToCoordinatorMessage = Annotated[
     | AveragingDone
     | StepApplied
     | StageReady
+    | StageLoadFailed
     | PeerUnreachable
     | Goodbye,
     Field(discriminator="type"),
@@ -174,7 +222,8 @@ class Welcome(Message):
     step: int
     """The step the run is on now; a peer's parameters must match the end of step - 1."""
     data_key: str
-    """Key the peer uses to verify data-plane credentials of other peers of this run."""
+    """The run's public ticket key (hex Ed25519): the peer accepts a data-plane frame only with a ticket
+    it signed (`swarmhub/tickets.py`). Never the run's secret."""
 
 
 class StageAssignment(Message):
@@ -187,6 +236,10 @@ class StageAssignment(Message):
     step 0, when every peer's seeded initialization is the state."""
     checkpoint_step: int | None = None
     """Else the step of the stage checkpoint to start from (None: fresh initialization)."""
+    apply: ApplyStep | None = None
+    """The recorded update of step `step - 1` for this stage. A peer whose state is at `step - 1`
+    and still holds that step's averaged gradient (its coordinator went down before telling it to
+    apply) applies it instead of copying the stage."""
 
 
 class SwarmView(Message):
@@ -230,6 +283,9 @@ class ApplyStep(Message):
     type: Literal["apply_step"] = "apply_step"
     step: int
     stage: int
+    attempt: int = Field(default=0, ge=0)
+    """The averaging attempt whose sum this update applies (a member of an older attempt holds
+    another sum)."""
     learning_rate: float
     samples: int = Field(ge=0)
     """This stage's own sample count for the step; the averaged gradient is divided by it."""
@@ -254,7 +310,17 @@ class CheckpointRequest(Message):
 
 class RunStatusChanged(Message):
     type: Literal["run_status"] = "run_status"
-    status: str
+    status: RunStatus
+
+
+class Reachability(Message):
+    """What the coordinator found when it dialled the peer's announced data-plane address."""
+
+    type: Literal["reachability"] = "reachability"
+    reachable: bool
+    address: str
+    detail: str
+    """Plain words for the participant, e.g. why the port could not be reached and what to do."""
 
 
 class Kicked(Message):
@@ -262,6 +328,17 @@ class Kicked(Message):
 
     type: Literal["kicked"] = "kicked"
     reason: str
+
+
+class DataPlaneTicket(Message):
+    """This peer's current ticket, renewed every few seconds while its channel is admitted, and the
+    peers of the run whose tickets were revoked (kicked, banned, token revoked) and not yet expired."""
+
+    type: Literal["data_plane_ticket"] = "data_plane_ticket"
+    ticket: Ticket
+    coordinator_time: float
+    """The coordinator's unix time when it sent this: peers judge expiry on the coordinator's clock."""
+    revoked: list[int] = Field(default_factory=list, max_length=100_000)
 
 
 CoordinatorToPeerMessage = Annotated[
@@ -275,7 +352,9 @@ CoordinatorToPeerMessage = Annotated[
     | StepCommitted
     | CheckpointRequest
     | RunStatusChanged
-    | Kicked,
+    | Reachability
+    | Kicked
+    | DataPlaneTicket,
     Field(discriminator="type"),
 ]
 CoordinatorToPeer: TypeAdapter[CoordinatorToPeerMessage] = TypeAdapter(CoordinatorToPeerMessage)
@@ -286,10 +365,16 @@ CoordinatorToPeer: TypeAdapter[CoordinatorToPeerMessage] = TypeAdapter(Coordinat
 
 class PeerRegistration(Message):
     join_token: str = Field(min_length=8, max_length=200)
-    address: str = Field(min_length=3, max_length=200, pattern=r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
+    listen_port: int = Field(ge=1, le=65535)
+    """Port of the peer's data-plane server, which binds every interface."""
+    announce: str | None = Field(default=None, min_length=1, max_length=255, pattern=HOST_OPTIONAL_PORT)
+    """host[:port] other peers should dial (a port forward, a container's service name). Without it the
+    coordinator records the address it sees the registration come from, with `listen_port`."""
+    tls_fingerprint: str = Field(default="", pattern=FINGERPRINT)
+    """SHA-256 (hex) of the data-plane certificate the peer generated; empty: a plain ws data plane."""
     device: DeviceName
     device_name: str = Field(default="", max_length=200)
-    throughput: float = Field(ge=0, le=1e9)
+    throughput: SamplesPerSecond
     """Samples per second from the peer's own start-up benchmark."""
     requested_stage: int | None = Field(default=None, ge=0)
     name: str = Field(default="", max_length=100)
@@ -301,3 +386,5 @@ class PeerRegistered(Message):
     """Secret for the control channel's Hello; also the peer's data-plane credential."""
     run: RunSpec
     control_url_path: str = "/ws/peer"
+    address: str
+    """The data-plane address the coordinator recorded for this peer: what the others will dial."""

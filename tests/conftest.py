@@ -3,7 +3,8 @@
 PostgreSQL comes from SWARMHUB_TEST_POSTGRES_URL (default: the local `test` database). Each test
 session creates its own database there, so concurrent test runs never see each other's tables,
 and every test starts from an empty schema. Without a server the PostgreSQL cases skip, unless
-SWARMHUB_TEST_REQUIRE_ALL=1 (as in `make test`), which turns the skip into a failure.
+SWARMHUB_TEST_REQUIRE_ALL=1 (as in `make test`), which turns the skip into a failure
+(`tests/required.py`, the one mechanism for every missing dependency).
 """
 
 from __future__ import annotations
@@ -21,11 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.required import import_module, unavailable  # noqa: E402
+
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-def _require_all() -> bool:
-    return os.environ.get("SWARMHUB_TEST_REQUIRE_ALL") == "1"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -38,7 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def postgres_database() -> Iterator[str]:
     """URL of a PostgreSQL database private to this test session."""
-    sa = pytest.importorskip("sqlalchemy")
+    sa = import_module("sqlalchemy", "install the server extra: pip install -e '.[server]'")
     server_url = sa.make_url(os.environ.get("SWARMHUB_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL))
     engine = sa.create_engine(server_url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
     name = f"swarmhub_test_{uuid.uuid4().hex[:12]}"
@@ -47,10 +46,7 @@ def postgres_database() -> Iterator[str]:
             connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
     except sa.exc.OperationalError as exc:
         engine.dispose()
-        message = f"PostgreSQL at {server_url.render_as_string()} is unreachable: {exc.orig}"
-        if _require_all():
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"PostgreSQL at {server_url.render_as_string()} is unreachable: {exc.orig}")
     try:
         yield server_url.set(database=name).render_as_string(hide_password=False)
     finally:

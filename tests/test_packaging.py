@@ -43,4 +43,4 @@ def test_extras_split_the_dependencies_and_pin_torch() -> None:
     assert not any(
         dep.startswith(("fastapi", "sqlalchemy")) for dep in extras["peer"] + project["dependencies"]
     )
-    assert project["scripts"] == {"swarmhub": "swarmhub.cli:main", "swarmhub-peer": "peer.cli:main"}
+    assert project["scripts"] == {"swarmhub": "launch.cli:main", "swarmhub-peer": "peer.cli:main"}

@@ -1,20 +1,21 @@
 import { useCallback, useEffect, useState } from "react";
-import { api, ApiError } from "./api";
-import type { User } from "./types";
+import { ApiError, call, client } from "./api";
+import type { UserOut } from "./generated/api";
 import { navigate, useRoute } from "./router";
 import { LoginPage } from "./pages/LoginPage";
 import { RunsPage } from "./pages/RunsPage";
 import { CreateRunPage } from "./pages/CreateRunPage";
 import { RunPage } from "./pages/RunPage";
 import { AdminPage } from "./pages/AdminPage";
+import { AccountPage } from "./pages/AccountPage";
 
 export function App() {
-  const [user, setUser] = useState<User | null | undefined>(undefined);
+  const [user, setUser] = useState<UserOut | null | undefined>(undefined);
   const route = useRoute();
 
   const loadMe = useCallback(async () => {
     try {
-      setUser(await api.get<User>("/api/auth/me"));
+      setUser(await call(client.GET("/api/auth/me")));
     } catch (error) {
       if (error instanceof ApiError && (error.status === 401 || error.status === 403)) setUser(null);
       else setUser(null);
@@ -30,7 +31,7 @@ export function App() {
 
   async function logout() {
     try {
-      await api.post("/api/auth/logout");
+      await call(client.POST("/api/auth/logout"));
     } finally {
       setUser(null);
       navigate("/");
@@ -50,6 +51,7 @@ export function App() {
           <a href="#/">Runs</a>
           <a href="#/runs/new">New run</a>
           {user.role === "admin" && <a href="#/admin">Admin</a>}
+          <a href="#/account">Account</a>
         </nav>
         <div className="who">
           <span data-testid="current-user">
@@ -65,7 +67,8 @@ export function App() {
         {route.page === "new-run" && <CreateRunPage />}
         {route.page === "run" && <RunPage key={route.runId} runId={route.runId} />}
         {route.page === "admin" &&
-          (user.role === "admin" ? <AdminPage /> : <p className="error">Admins only.</p>)}
+          (user.role === "admin" ? <AdminPage me={user} /> : <p className="error">Admins only.</p>)}
+        {route.page === "account" && <AccountPage user={user} />}
         {route.page === "not-found" && <p>No page at {route.path}.</p>}
       </main>
     </>

@@ -1,5 +1,7 @@
-// A small fetch wrapper for the coordinator's REST API: cookies for the session, the CSRF
+// The coordinator's REST API through openapi-fetch: cookies for the session, the CSRF
 // header on every state-changing request, and one error type that keeps per-field messages.
+import createClient from "openapi-fetch";
+import type { paths } from "./generated/api";
 
 const CSRF_COOKIE = "swarmhub_csrf";
 
@@ -56,46 +58,43 @@ export function parseErrorBody(status: number, body: unknown): ApiError {
   return new ApiError(status, `Request failed (HTTP ${status})`);
 }
 
-type Method = "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
+/** Typed client of the coordinator's REST API (paths and bodies generated from its OpenAPI). */
+export const client = createClient<paths>({
+  credentials: "same-origin",
+  headers: { Accept: "application/json" },
+});
 
-export async function request<T>(method: Method, path: string, body?: unknown): Promise<T> {
-  const headers: Record<string, string> = { Accept: "application/json" };
-  if (body !== undefined) headers["Content-Type"] = "application/json";
-  if (method !== "GET") headers["X-CSRF-Token"] = csrfToken();
-  let response: Response;
+client.use({
+  onRequest({ request }) {
+    if (request.method !== "GET") request.headers.set("X-CSRF-Token", csrfToken());
+    return request;
+  },
+});
+
+interface Outcome<T> {
+  data?: T;
+  error?: unknown;
+  response: Response;
+}
+
+/**
+ * The body of a successful `client` call, else an ApiError (status 0 when the coordinator cannot
+ * be reached); a 401 also tells the app that the session is gone.
+ */
+export async function call<T>(pending: Promise<Outcome<T>>): Promise<T> {
+  let outcome: Outcome<T>;
   try {
-    response = await fetch(path, {
-      method,
-      headers,
-      credentials: "same-origin",
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
+    outcome = await pending;
   } catch {
     throw new ApiError(0, "Cannot reach the coordinator.");
   }
-  if (response.status === 204) return undefined as T;
-  const text = await response.text();
-  let data: unknown = null;
-  if (text) {
-    try {
-      data = JSON.parse(text);
-    } catch {
-      data = { detail: text };
-    }
-  }
-  if (!response.ok) {
-    const error = parseErrorBody(response.status, data);
-    if (response.status === 401) window.dispatchEvent(new Event("swarmhub:unauthorized"));
-    throw error;
-  }
-  return data as T;
+  const { data, error, response } = outcome;
+  if (response.ok) return data as T;
+  // openapi-fetch hands over a body that is not JSON as its text.
+  const failure = parseErrorBody(response.status, typeof error === "string" ? { detail: error } : error);
+  if (response.status === 401) window.dispatchEvent(new Event("swarmhub:unauthorized"));
+  throw failure;
 }
-
-export const api = {
-  get: <T>(path: string) => request<T>("GET", path),
-  post: <T>(path: string, body?: unknown) => request<T>("POST", path, body ?? {}),
-  del: <T>(path: string) => request<T>("DELETE", path),
-};
 
 export function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);

@@ -2,7 +2,7 @@
 // sends a `snapshot` first, which replaces the page's state, so nothing missed while
 // disconnected is lost. Reconnects back off exponentially (capped, with jitter).
 
-import type { FeedFrame } from "./feed-types";
+import type { FeedFrame } from "./generated/feed";
 
 export type FeedStatus = "connecting" | "live" | "reconnecting" | "closed";
 

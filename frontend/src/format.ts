@@ -39,3 +39,17 @@ export function formatBytes(n: number | null | undefined): string {
   }
   return unit === 0 ? `${value} B` : `${value.toFixed(value < 10 ? 2 : 1)} ${units[unit]}`;
 }
+
+export interface LinkRow {
+  peerId: number;
+  name: string;
+  rate: string;
+}
+
+/** A peer's measured link rates (peer id -> bytes/s) as rows, fastest first, named where known. */
+export function linkRows(links: Record<string, number>, names: Map<number, string>): LinkRow[] {
+  return Object.entries(links)
+    .map(([id, rate]) => ({ id: Number(id), rate }))
+    .sort((a, b) => b.rate - a.rate || a.id - b.id)
+    .map(({ id, rate }) => ({ peerId: id, name: names.get(id) || `peer ${id}`, rate: `${formatBytes(rate)}/s` }));
+}

@@ -1,13 +1,17 @@
 // Chart history older than the feed's snapshot (which carries only the most recent steps).
 // Short runs are read whole; long ones are sampled in evenly spaced windows, so opening the page
 // of a run with a million steps costs a few requests and a few thousand points, not the lot.
-import { api } from "./api";
-import type { StepOut } from "./feed-types";
+import { call, client } from "./api";
+import type { StepOut } from "./generated/api";
 
 const PAGE = 1000;
 const FULL_LIMIT = 5000;
 const WINDOWS = 20;
 const WINDOW_STEPS = 100;
+
+function steps(runId: number, after: number, limit: number): Promise<StepOut[]> {
+  return call(client.GET("/api/runs/{run_id}/steps", { params: { path: { run_id: runId }, query: { after, limit } } }));
+}
 
 /** Steps numbered below `before`, oldest first: all of them, or a sample when there are many. */
 export async function loadStepHistory(runId: number, before: number): Promise<StepOut[]> {
@@ -19,7 +23,7 @@ export async function loadStepHistory(runId: number, before: number): Promise<St
   if (before <= FULL_LIMIT) {
     let after = -1;
     while (after < before - 1) {
-      const page = await api.get<StepOut[]>(`/api/runs/${runId}/steps?after=${after}&limit=${PAGE}`);
+      const page = await steps(runId, after, PAGE);
       keep(page);
       if (page.length < PAGE) break;
       after = page[page.length - 1].step;
@@ -28,7 +32,7 @@ export async function loadStepHistory(runId: number, before: number): Promise<St
     const windows = await Promise.all(
       Array.from({ length: WINDOWS }, (_, k) => {
         const after = Math.floor((k * before) / WINDOWS) - 1;
-        return api.get<StepOut[]>(`/api/runs/${runId}/steps?after=${after}&limit=${WINDOW_STEPS}`);
+        return steps(runId, after, WINDOW_STEPS);
       }),
     );
     for (const steps of windows) keep(steps);

@@ -6,6 +6,7 @@ export type Route =
   | { page: "new-run" }
   | { page: "run"; runId: number }
   | { page: "admin" }
+  | { page: "account" }
   | { page: "not-found"; path: string };
 
 export function parseRoute(hash: string): Route {
@@ -15,6 +16,7 @@ export function parseRoute(hash: string): Route {
   const run = /^\/runs\/(\d+)$/.exec(path);
   if (run) return { page: "run", runId: Number(run[1]) };
   if (path === "/admin") return { page: "admin" };
+  if (path === "/account") return { page: "account" };
   return { page: "not-found", path };
 }
 

@@ -1,27 +1,27 @@
 // Client-side checks for the create-run form. The server validates again; its 422 messages are
-// mapped onto the same fields (see api.ts parseErrorBody).
-import type { PresetOut as Preset, RunCreate } from "./types";
+// mapped onto the same fields (see api.ts parseErrorBody). Defaults and bounds come from the
+// server's RunSettings (generated/run-settings.ts); only the checks that depend on the chosen
+// preset, and the batch sizes' relation, are written here.
+import type { PresetOut as Preset, RunCreate } from "./generated/api";
+import { RUN_SETTINGS, type RunSetting } from "./generated/run-settings";
 
 export type RunForm = Record<keyof RunCreate, string>;
 export type FieldErrors = Partial<Record<keyof RunCreate | string, string>>;
 
-export const DEFAULT_FORM: RunForm = {
-  name: "",
-  model_preset: "tiny",
-  dataset: "python-stdlib",
-  num_stages: "2",
-  target_batch_size: "64",
-  microbatch_size: "8",
-  seq_len: "128",
-  optimizer: "adamw",
-  learning_rate: "0.0003",
-  warmup_steps: "10",
-  weight_decay: "0.01",
-  compression: "none",
-  max_steps: "1000",
-  seed: "0",
-  rebalance: "true",
-};
+/** A setting's schema by name, widened so that absent bounds read as undefined. */
+export function runSetting(field: keyof RunCreate): RunSetting {
+  return RUN_SETTINGS[field];
+}
+
+const FIELDS = Object.keys(RUN_SETTINGS) as (keyof RunCreate)[];
+
+// A setting without a default (the name; max_steps, whose default is None) starts empty.
+export const DEFAULT_FORM: RunForm = Object.fromEntries(
+  FIELDS.map((field) => {
+    const value = runSetting(field).default;
+    return [field, value === undefined ? "" : String(value)];
+  }),
+) as RunForm;
 
 function integer(value: string): number | null {
   const trimmed = value.trim();
@@ -35,59 +35,84 @@ function decimal(value: string): number | null {
   return Number.isFinite(n) ? n : null;
 }
 
+/** The message for a number outside the setting's bounds; `max` may be tighter than the schema's. */
+function outOfBounds(n: number, setting: RunSetting, max = setting.maximum ?? Infinity): string | null {
+  if (setting.exclusiveMinimum !== undefined && n <= setting.exclusiveMinimum)
+    return `Must be greater than ${setting.exclusiveMinimum}.`;
+  if (setting.minimum !== undefined && n < setting.minimum) return `Must be at least ${setting.minimum}.`;
+  if (setting.exclusiveMaximum !== undefined && n >= setting.exclusiveMaximum)
+    return `Must be less than ${setting.exclusiveMaximum}.`;
+  if (n > max) return `Must be at most ${max}.`;
+  return null;
+}
+
 /** Check the form; returns the request body or the per-field messages. */
 export function validateRunForm(
   form: RunForm,
   preset: Preset | undefined,
 ): { body: RunCreate; errors: null } | { body: null; errors: FieldErrors } {
   const errors: FieldErrors = {};
-  const int = (field: keyof RunCreate, min: number, max?: number): number => {
+  const fail = (field: keyof RunCreate, message: string | null): void => {
+    if (message !== null) errors[field] = message;
+  };
+  /** A whole number within the setting's bounds and at most `presetMax` where the preset limits it. */
+  const int = (field: keyof RunCreate, presetMax?: number): number => {
     const n = integer(form[field]);
-    if (n === null) errors[field] = "Enter a whole number.";
-    else if (n < min) errors[field] = `Must be at least ${min}.`;
-    else if (max !== undefined && n > max) errors[field] = `Must be at most ${max}.`;
+    const setting = runSetting(field);
+    const max = Math.min(presetMax ?? Infinity, setting.maximum ?? Infinity);
+    fail(field, n === null ? "Enter a whole number." : outOfBounds(n, setting, max));
     return n ?? 0;
   };
+  const text = (field: keyof RunCreate, missing: string): string => {
+    const value = form[field].trim();
+    const maxLength = runSetting(field).maxLength;
+    if (!value) errors[field] = missing;
+    else if (maxLength !== undefined && value.length > maxLength) errors[field] = `At most ${maxLength} characters.`;
+    return value;
+  };
+  const choice = (field: keyof RunCreate, missing: string): void => {
+    if (!runSetting(field).enum?.includes(form[field])) errors[field] = missing;
+  };
 
-  const name = form.name.trim();
-  if (!name) errors.name = "Give the run a name.";
-  else if (name.length > 200) errors.name = "At most 200 characters.";
-  if (!form.model_preset) errors.model_preset = "Choose a model preset.";
-  const dataset = form.dataset.trim();
-  if (!dataset) errors.dataset = "Name a dataset (python-stdlib or a path on the peers).";
+  const name = text("name", "Give the run a name.");
+  const modelPreset = text("model_preset", "Choose a model preset.");
+  const dataset = text("dataset", "Choose a dataset (python-stdlib or one you uploaded).");
 
-  const numStages = int("num_stages", 1, Math.min(64, preset?.n_layer ?? 64));
-  const target = int("target_batch_size", 1);
-  const micro = int("microbatch_size", 1);
+  const numStages = int("num_stages", preset?.n_layer);
+  const target = int("target_batch_size");
+  const micro = int("microbatch_size");
   if (!errors.microbatch_size && !errors.target_batch_size) {
     if (micro > target) errors.microbatch_size = "Cannot exceed the target batch size.";
     else if (target % micro !== 0)
       errors.target_batch_size = `Must be a multiple of the microbatch size (${micro}).`;
   }
-  const seqLen = int("seq_len", 8, preset?.max_seq_len);
-  const warmup = int("warmup_steps", 0);
-  const seed = int("seed", 0);
+  const seqLen = int("seq_len", preset?.max_seq_len);
+  const warmup = int("warmup_steps");
+  const seed = int("seed");
 
   const lr = decimal(form.learning_rate);
-  if (lr === null) errors.learning_rate = "Enter a number, e.g. 3e-4.";
-  else if (lr <= 0) errors.learning_rate = "Must be greater than 0.";
-  else if (lr > 10) errors.learning_rate = "That learning rate is far too large.";
+  const lrSetting = runSetting("learning_rate");
+  if (lr === null) fail("learning_rate", "Enter a number, e.g. 3e-4.");
+  else if (lr > (lrSetting.maximum ?? Infinity)) fail("learning_rate", "That learning rate is far too large.");
+  else fail("learning_rate", outOfBounds(lr, lrSetting));
   const wd = decimal(form.weight_decay);
-  if (wd === null) errors.weight_decay = "Enter a number.";
-  else if (wd < 0) errors.weight_decay = "Cannot be negative.";
+  const wdSetting = runSetting("weight_decay");
+  if (wd === null) fail("weight_decay", "Enter a number.");
+  else if (wdSetting.minimum === 0 && wd < 0) fail("weight_decay", "Cannot be negative.");
+  else fail("weight_decay", outOfBounds(wd, wdSetting));
 
   let maxSteps: number | null = null;
-  if (form.max_steps.trim() !== "") maxSteps = int("max_steps", 1);
+  if (form.max_steps.trim() !== "") maxSteps = int("max_steps");
 
-  if (form.optimizer !== "adamw" && form.optimizer !== "sgd") errors.optimizer = "Choose an optimizer.";
-  if (!["none", "float16", "int8"].includes(form.compression)) errors.compression = "Choose a compression.";
+  choice("optimizer", "Choose an optimizer.");
+  choice("compression", "Choose a compression.");
 
   if (Object.keys(errors).length > 0) return { body: null, errors };
   return {
     errors: null,
     body: {
       name,
-      model_preset: form.model_preset,
+      model_preset: modelPreset,
       dataset,
       num_stages: numStages,
       target_batch_size: target,

@@ -2,10 +2,11 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { parseErrorBody } from "../src/api";
-import { formatBytes } from "../src/format";
+import { formatBytes, linkRows } from "../src/format";
 import { EVENT_STYLES, eventStyle } from "../src/events";
 import { backoffDelay } from "../src/feed";
-import type { PresetOut } from "../src/types";
+import type { PresetOut } from "../src/generated/api";
+import { RUN_SETTINGS } from "../src/generated/run-settings";
 import { BoundedSeries, StepRate, formatDuration } from "../src/series";
 import { DEFAULT_FORM, placeMessages, validateRunForm } from "../src/validation";
 
@@ -82,7 +83,11 @@ test("client-side run validation", () => {
   };
   const ok = validateRunForm({ ...DEFAULT_FORM, name: "r" }, tiny);
   assert.ok(ok.body);
-  assert.equal(ok.body.seq_len, 128);
+  // The untouched form sends the server's own defaults (swarmhub/run_settings.py).
+  assert.equal(ok.body.seq_len, RUN_SETTINGS.seq_len.default);
+  assert.equal(ok.body.learning_rate, RUN_SETTINGS.learning_rate.default);
+  assert.equal(ok.body.target_batch_size, RUN_SETTINGS.target_batch_size.default);
+  assert.equal(ok.body.max_steps, null, "max_steps has no default: train until archived");
   const bad = validateRunForm(
     { ...DEFAULT_FORM, name: "", num_stages: "9", microbatch_size: "5", seq_len: "300", learning_rate: "x" },
     tiny,
@@ -95,6 +100,41 @@ test("client-side run validation", () => {
     "seq_len",
     "target_batch_size",
   ]);
+});
+
+test("run validation takes its bounds from RunSettings and the preset's from the preset", () => {
+  const big: PresetOut = {
+    name: "big",
+    parameter_count: 1,
+    d_model: 64,
+    n_layer: 1000,
+    n_head: 4,
+    max_seq_len: 4096,
+  };
+  const check = (changes: Partial<typeof DEFAULT_FORM>) => {
+    const result = validateRunForm({ ...DEFAULT_FORM, name: "r", ...changes }, big);
+    assert.ok(result.errors, JSON.stringify(changes));
+    return result.errors;
+  };
+  const stages = RUN_SETTINGS.num_stages;
+  assert.equal(check({ num_stages: "0" }).num_stages, `Must be at least ${stages.minimum}.`);
+  // The preset has more blocks than the schema allows stages: the schema's maximum wins.
+  assert.equal(check({ num_stages: String(stages.maximum + 1) }).num_stages, `Must be at most ${stages.maximum}.`);
+  assert.equal(check({ seq_len: "7" }).seq_len, `Must be at least ${RUN_SETTINGS.seq_len.minimum}.`);
+  assert.equal(check({ seq_len: "4097" }).seq_len, "Must be at most 4096.");
+  assert.equal(check({ learning_rate: "0" }).learning_rate, "Must be greater than 0.");
+  assert.equal(
+    check({ learning_rate: String(RUN_SETTINGS.learning_rate.maximum * 2) }).learning_rate,
+    "That learning rate is far too large.",
+  );
+  assert.equal(check({ weight_decay: "-1" }).weight_decay, "Cannot be negative.");
+  assert.equal(check({ max_steps: "0" }).max_steps, `Must be at least ${RUN_SETTINGS.max_steps.minimum}.`);
+  assert.equal(check({ name: "x".repeat(201) }).name, `At most ${RUN_SETTINGS.name.maxLength} characters.`);
+  assert.equal(check({ optimizer: "lion" }).optimizer, "Choose an optimizer.");
+  for (const [field, setting] of Object.entries(RUN_SETTINGS)) {
+    const value = "default" in setting ? String(setting.default) : "";
+    assert.equal(DEFAULT_FORM[field as keyof typeof DEFAULT_FORM], value, field);
+  }
 });
 
 test("formatBytes uses binary units", () => {
@@ -115,4 +155,17 @@ test("swarm events each have their own icon and a non-plain tone", () => {
   }
   assert.equal(eventStyle("peer_joined").tone, "plain");
   assert.equal(eventStyle("peer_joined").label, "peer_joined");
+});
+
+test("link rates are listed fastest first, named where the peer is known", () => {
+  const names = new Map([
+    [3, "gpu-a"],
+    [5, ""],
+  ]);
+  assert.deepEqual(linkRows({ "5": 2048, "3": 10 * 1024 * 1024, "9": 2048 }, names), [
+    { peerId: 3, name: "gpu-a", rate: "10.0 MiB/s" },
+    { peerId: 5, name: "peer 5", rate: "2.00 KiB/s" },
+    { peerId: 9, name: "peer 9", rate: "2.00 KiB/s" },
+  ]);
+  assert.deepEqual(linkRows({}, names), []);
 });

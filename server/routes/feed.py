@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.status import WS_1008_POLICY_VIOLATION
 
@@ -14,12 +17,16 @@ from server.auth import SESSION_COOKIE
 from server.deps import RunId
 from server.errors import NotFound
 from server.models import Run
-from server.schemas import EventOut, PeerOut, PingFrame, SnapshotFrame, StepOut
+from server.schemas import EventOut, FeedAuth, PeerOut, PingFrame, SnapshotFrame, StepOut
 from server.services import accounts, events, peers, runs, steps
 
 router = APIRouter()
 
 KEEPALIVE_S = 20.0
+SESSION_CHECK_S = 2.0
+"""How often an open feed checks that its session still holds."""
+AUTH_TIMEOUT_S = 10.0
+"""How long a feed without a session cookie waits for its auth message."""
 SNAPSHOT_STEPS = 200
 SNAPSHOT_EVENTS = 100
 
@@ -30,17 +37,33 @@ def _cross_site(websocket: WebSocket) -> bool:
     return origin is not None and urlsplit(origin).netloc != websocket.headers.get("host")
 
 
-def _authorize(websocket: WebSocket, run_id: int) -> str | None:
-    """None if the caller may watch the run, else the reason to refuse."""
-    query_token = websocket.query_params.get("token")
+async def _token(websocket: WebSocket) -> str | None:
+    """The session token: the cookie (same origin only), else the first message, `{"type": "auth",
+    "token": ...}`. Never the URL, which access logs and browser history keep."""
     cookie_token = websocket.cookies.get(SESSION_COOKIE)
-    if query_token is None and cookie_token is not None and _cross_site(websocket):
-        return "cross-site websocket refused"
-    token = query_token or cookie_token
-    if not token:
-        return "not logged in"
+    if cookie_token:
+        return cookie_token
+    try:
+        with anyio.fail_after(AUTH_TIMEOUT_S):
+            first = await websocket.receive_text()
+        return FeedAuth.model_validate_json(first).token
+    except (TimeoutError, ValidationError, KeyError, WebSocketDisconnect):
+        return None
+
+
+def _session_refusal(websocket: WebSocket, token: str) -> str | None:
+    settings = websocket.app.state.settings
     with websocket.app.state.session_factory() as session:
-        found = accounts.find_session(session, token)
+        if accounts.find_session(session, token, idle_minutes=settings.session_idle_minutes) is None:
+            return "session ended: log in again"
+    return None
+
+
+def _authorize(websocket: WebSocket, run_id: int, token: str) -> str | None:
+    """None if the caller may watch the run, else the reason to refuse."""
+    settings = websocket.app.state.settings
+    with websocket.app.state.session_factory() as session:
+        found = accounts.find_session(session, token, idle_minutes=settings.session_idle_minutes)
         if found is None:
             return "session expired or invalid"
         try:
@@ -74,7 +97,14 @@ async def _until_disconnect(websocket: WebSocket) -> None:
 @router.websocket("/ws/runs/{run_id}/feed")
 async def run_feed(websocket: WebSocket, run_id: RunId) -> None:
     await websocket.accept()
-    refusal = await run_in_threadpool(_authorize, websocket, run_id)
+    if websocket.cookies.get(SESSION_COOKIE) and _cross_site(websocket):
+        await websocket.close(code=WS_1008_POLICY_VIOLATION, reason="cross-site websocket refused")
+        return
+    token = await _token(websocket)
+    if token is None:
+        await websocket.close(code=WS_1008_POLICY_VIOLATION, reason="not logged in")
+        return
+    refusal = await run_in_threadpool(_authorize, websocket, run_id, token)
     if refusal is not None:
         await websocket.close(code=WS_1008_POLICY_VIOLATION, reason=refusal)
         return
@@ -83,17 +113,30 @@ async def run_feed(websocket: WebSocket, run_id: RunId) -> None:
         disconnected = asyncio.create_task(_until_disconnect(websocket))
         try:
             await websocket.send_json(await run_in_threadpool(_snapshot, websocket, run_id))
+            next_check = time.monotonic() + SESSION_CHECK_S
+            next_ping = time.monotonic() + KEEPALIVE_S
             while not disconnected.done():
                 frame = asyncio.create_task(subscription.get())
                 done, _ = await asyncio.wait(
-                    {frame, disconnected}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
+                    {frame, disconnected},
+                    timeout=min(SESSION_CHECK_S, KEEPALIVE_S),
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
                 if frame in done:
                     await websocket.send_json(frame.result())
                 else:
                     frame.cancel()
-                    if not done:
-                        await websocket.send_json(PingFrame().model_dump())
+                if disconnected in done:
+                    break
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + SESSION_CHECK_S
+                    # Logout, expiry and a disabled account end the feed too, within seconds.
+                    if (ended := await run_in_threadpool(_session_refusal, websocket, token)) is not None:
+                        await websocket.close(code=WS_1008_POLICY_VIOLATION, reason=ended)
+                        break
+                if time.monotonic() >= next_ping:
+                    next_ping = time.monotonic() + KEEPALIVE_S
+                    await websocket.send_json(PingFrame().model_dump())
         except WebSocketDisconnect:
             pass  # the dashboard went away mid-send: the normal way a feed ends
         finally:

@@ -1,4 +1,4 @@
-"""Peer registration (authenticated by a join token) and admin control over peers."""
+"""Peer registration (authenticated by a join token); owners (of their runs) and admins kick and ban."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from typing import Literal
 from anyio import from_thread
 from fastapi import APIRouter, Request, status
 
-from server.auth import AdminUser
-from server.deps import FeedDep, PeerId, SessionDep
+from server.auth import AdminUser, Caller, CurrentUser
+from server.deps import FeedDep, LiveDep, PeerId, SessionDep
 from server.frames import peer_frame
 from server.publish import commit_and_publish
 from server.schemas import ErrorOut, PeerAction, PeerOut
-from server.services import peers
+from server.services import peers, runs
 from server.services.runs import run_spec
+from swarmhub.status import PeerState
 from swarmhub.wire import PeerRegistered, PeerRegistration
 
 router = APIRouter(tags=["peers"])
@@ -24,28 +25,33 @@ router = APIRouter(tags=["peers"])
     status_code=status.HTTP_201_CREATED,
     responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 409: {"model": ErrorOut}},
 )
-def register_peer(body: PeerRegistration, session: SessionDep, feed: FeedDep) -> PeerRegistered:
-    peer, credential, run = peers.register_peer(session, body)
+def register_peer(
+    request: Request, body: PeerRegistration, session: SessionDep, feed: FeedDep
+) -> PeerRegistered:
+    seen_from = request.client.host if request.client is not None else "127.0.0.1"
+    peer, credential, run = peers.register_peer(session, body, seen_from)
     commit_and_publish(session, feed, (run.id, peer_frame(peer)))
-    return PeerRegistered(peer_id=peer.id, credential=credential, run=run_spec(run))
+    return PeerRegistered(peer_id=peer.id, credential=credential, run=run_spec(run), address=peer.address)
 
 
 def _remove(
-    request: Request,
+    live: LiveDep,
     peer_id: int,
-    state: Literal["kicked", "banned"],
+    state: Literal[PeerState.KICKED, PeerState.BANNED],
     body: PeerAction | None,
-    admin: AdminUser,
+    caller: Caller,
     session: SessionDep,
     feed: FeedDep,
 ) -> PeerOut:
     reason = body.reason if body else ""
-    peer = peers.remove_peer(
-        session, peers.get_peer(session, peer_id), state=state, reason=reason, by=admin.user
-    )
+    peer = peers.get_peer(session, peer_id)
+    # A peer of someone else's run is reported missing, as the run itself would be.
+    runs.get_run_for(session, caller.user, peer.run_id)
+    peer = peers.remove_peer(session, peer, state=state, reason=reason, by=caller.user)
     commit_and_publish(session, feed, (peer.run_id, peer_frame(peer)))
     # Routes run in a worker thread; the live swarm lives on the event loop.
-    from_thread.run(request.app.state.live.kick_peer, peer.id, reason or f"{state} by an admin")
+    who = "an admin" if caller.is_admin else "the run's owner"
+    from_thread.run(live.kick_peer, peer.id, reason or f"{state} by {who}")
     return PeerOut.model_validate(peer)
 
 
@@ -59,26 +65,26 @@ _ADMIN_RESPONSES = {
 
 @router.post("/api/peers/{peer_id}/kick", responses=_ADMIN_RESPONSES)
 def kick_peer(
-    request: Request,
+    live: LiveDep,
     peer_id: PeerId,
-    admin: AdminUser,
+    caller: CurrentUser,
     session: SessionDep,
     feed: FeedDep,
     body: PeerAction | None = None,
 ) -> PeerOut:
-    return _remove(request, peer_id, "kicked", body, admin, session, feed)
+    return _remove(live, peer_id, PeerState.KICKED, body, caller, session, feed)
 
 
 @router.post("/api/peers/{peer_id}/ban", responses=_ADMIN_RESPONSES)
 def ban_peer(
-    request: Request,
+    live: LiveDep,
     peer_id: PeerId,
-    admin: AdminUser,
+    caller: CurrentUser,
     session: SessionDep,
     feed: FeedDep,
     body: PeerAction | None = None,
 ) -> PeerOut:
-    return _remove(request, peer_id, "banned", body, admin, session, feed)
+    return _remove(live, peer_id, PeerState.BANNED, body, caller, session, feed)
 
 
 @router.get(

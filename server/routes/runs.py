@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from anyio import from_thread
-from fastapi import APIRouter, Query, Request, status
+from fastapi import APIRouter, Query, status
 
 from server.auth import CurrentUser
-from server.deps import MAX_ID, FeedDep, RunId, SessionDep
+from server.datasets.service import check_usable
+from server.deps import MAX_ID, FeedDep, LiveDep, RunId, SessionDep
 from server.frames import run_frame
 from server.publish import commit_and_publish
 from server.schemas import (
@@ -33,6 +34,7 @@ Limit = Annotated[int, Query(ge=1, le=1000)]
 
 @router.post("", status_code=status.HTTP_201_CREATED)
 def create_run(body: RunCreate, caller: CurrentUser, session: SessionDep, feed: FeedDep) -> RunDetail:
+    check_usable(session, caller.user, body.dataset)
     run = runs.create_run(session, caller.user, body)
     commit_and_publish(session, feed)
     return runs.run_detail(session, run)
@@ -50,34 +52,34 @@ def get_run(run_id: RunId, caller: CurrentUser, session: SessionDep) -> RunDetai
 
 
 def _change_status(
-    request: Request, run_id: int, action: str, caller: CurrentUser, session: SessionDep, feed: FeedDep
+    live: LiveDep, run_id: int, action: str, caller: CurrentUser, session: SessionDep, feed: FeedDep
 ) -> RunOut:
     run = runs.change_status(session, runs.get_run_for(session, caller.user, run_id), action, by=caller.user)
     commit_and_publish(session, feed, (run.id, run_frame(run)))
     # Routes run in a worker thread; the live swarm lives on the event loop.
-    from_thread.run(request.app.state.live.run_status_changed, run.id, run.status)
+    from_thread.run(live.run_status_changed, run.id, run.status)
     return RunOut.model_validate(run)
 
 
 @router.post("/{run_id}/pause", responses={409: {"model": ErrorOut}})
 def pause_run(
-    request: Request, run_id: RunId, caller: CurrentUser, session: SessionDep, feed: FeedDep
+    live: LiveDep, run_id: RunId, caller: CurrentUser, session: SessionDep, feed: FeedDep
 ) -> RunOut:
-    return _change_status(request, run_id, "pause", caller, session, feed)
+    return _change_status(live, run_id, "pause", caller, session, feed)
 
 
 @router.post("/{run_id}/resume", responses={409: {"model": ErrorOut}})
 def resume_run(
-    request: Request, run_id: RunId, caller: CurrentUser, session: SessionDep, feed: FeedDep
+    live: LiveDep, run_id: RunId, caller: CurrentUser, session: SessionDep, feed: FeedDep
 ) -> RunOut:
-    return _change_status(request, run_id, "resume", caller, session, feed)
+    return _change_status(live, run_id, "resume", caller, session, feed)
 
 
 @router.post("/{run_id}/archive", responses={409: {"model": ErrorOut}})
 def archive_run(
-    request: Request, run_id: RunId, caller: CurrentUser, session: SessionDep, feed: FeedDep
+    live: LiveDep, run_id: RunId, caller: CurrentUser, session: SessionDep, feed: FeedDep
 ) -> RunOut:
-    return _change_status(request, run_id, "archive", caller, session, feed)
+    return _change_status(live, run_id, "archive", caller, session, feed)
 
 
 @router.get("/{run_id}/steps")

@@ -8,24 +8,31 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from server.errors import Conflict, NotFound
-from server.models import PEER_STATES, Peer, Run, Step, User, utcnow
-from server.schemas import RunCreate, RunDetail, RunOut
+from server.models import Peer, Run, Step, User, fill_run_settings, run_settings, utcnow
+from server.schemas import RunDetail, RunOut
 from server.services.events import record_event
 from server.services.steps import latest_loss
 from swarmhub.presets import get_preset
+from swarmhub.run_settings import RunSettings
+from swarmhub.status import PeerState, RunStatus
 from swarmhub.wire import RunSpec
 
 # action -> (statuses it may start from, status it leads to, event kind)
-TRANSITIONS: dict[str, tuple[frozenset[str], str, str]] = {
-    "pause": (frozenset({"active"}), "paused", "run_paused"),
-    "resume": (frozenset({"paused"}), "active", "run_resumed"),
-    "archive": (frozenset({"active", "paused", "finished"}), "archived", "run_archived"),
+TRANSITIONS: dict[str, tuple[frozenset[RunStatus], RunStatus, str]] = {
+    "pause": (frozenset({RunStatus.ACTIVE}), RunStatus.PAUSED, "run_paused"),
+    "resume": (frozenset({RunStatus.PAUSED}), RunStatus.ACTIVE, "run_resumed"),
+    "archive": (
+        frozenset({RunStatus.ACTIVE, RunStatus.PAUSED, RunStatus.FINISHED}),
+        RunStatus.ARCHIVED,
+        "run_archived",
+    ),
 }
-JOINABLE_STATUSES = frozenset({"active", "paused"})
+JOINABLE_STATUSES = frozenset({RunStatus.ACTIVE, RunStatus.PAUSED})
 
 
-def create_run(session: Session, owner: User, params: RunCreate) -> Run:
-    run = Run(owner_id=owner.id, status="active", data_key=secrets.token_urlsafe(32), **params.model_dump())
+def create_run(session: Session, owner: User, settings: RunSettings) -> Run:
+    run = Run(owner_id=owner.id, status=RunStatus.ACTIVE, data_key=secrets.token_urlsafe(32))
+    fill_run_settings(run, settings)
     session.add(run)
     session.flush()
     record_event(
@@ -52,7 +59,7 @@ def visible_run_details(session: Session, user: User) -> list[RunDetail]:
     if not listed:
         return []
     run_ids = _visible(sa.select(Run.id), user).scalar_subquery()
-    counts = {run.id: dict.fromkeys(PEER_STATES, 0) for run in listed}
+    counts = {run.id: dict.fromkeys(PeerState, 0) for run in listed}
     for run_id, state, count in session.execute(
         sa.select(Peer.run_id, Peer.state, sa.func.count())
         .where(Peer.run_id.in_(run_ids))
@@ -96,8 +103,8 @@ def change_status(session: Session, run: Run, action: str, *, by: User) -> Run:
     return run
 
 
-def peer_counts(session: Session, run_id: int) -> dict[str, int]:
-    counts = dict.fromkeys(PEER_STATES, 0)
+def peer_counts(session: Session, run_id: int) -> dict[PeerState, int]:
+    counts = dict.fromkeys(PeerState, 0)
     rows = session.execute(
         sa.select(Peer.state, sa.func.count()).where(Peer.run_id == run_id).group_by(Peer.state)
     )
@@ -106,14 +113,14 @@ def peer_counts(session: Session, run_id: int) -> dict[str, int]:
     return counts
 
 
-def run_counts_by_status(session: Session) -> dict[str, int]:
+def run_counts_by_status(session: Session) -> dict[RunStatus, int]:
     return {
         status: count
         for status, count in session.execute(sa.select(Run.status, sa.func.count()).group_by(Run.status))
     }
 
 
-def _detail(run: Run, *, peer_counts: dict[str, int], latest_loss: float | None) -> RunDetail:
+def _detail(run: Run, *, peer_counts: dict[PeerState, int], latest_loss: float | None) -> RunDetail:
     return RunDetail(
         **RunOut.model_validate(run).model_dump(),
         parameter_count=get_preset(run.model_preset).parameter_count,
@@ -128,20 +135,4 @@ def run_detail(session: Session, run: Run) -> RunDetail:
 
 def run_spec(run: Run) -> RunSpec:
     """What a peer needs to train this run (sent on registration and in the control channel's Welcome)."""
-    return RunSpec(
-        run_id=run.id,
-        name=run.name,
-        model_preset=run.model_preset,
-        dataset=run.dataset,
-        num_stages=run.num_stages,
-        target_batch_size=run.target_batch_size,
-        microbatch_size=run.microbatch_size,
-        seq_len=run.seq_len,
-        optimizer=run.optimizer,
-        learning_rate=run.learning_rate,
-        warmup_steps=run.warmup_steps,
-        weight_decay=run.weight_decay,
-        compression=run.compression,
-        max_steps=run.max_steps,
-        seed=run.seed,
-    )
+    return RunSpec(run_id=run.id, **dict(run_settings(run)))

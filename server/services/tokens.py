@@ -16,14 +16,14 @@ from server.services.runs import JOINABLE_STATUSES
 JOIN_TOKEN_PREFIX = "swh_"
 
 
-def issue_token(session: Session, run: Run, *, label: str) -> tuple[JoinToken, str]:
+def issue_token(session: Session, run: Run, *, label: str, max_peers: int) -> tuple[JoinToken, str]:
     """A new token for the run; returns the row and the plaintext, which is not stored."""
     if run.status not in JOINABLE_STATUSES:
         raise Conflict(f"run is {run.status}; it accepts no new peers")
     # The prefix names what it is and keeps a token from starting with '-', which a shell
     # command line (`swarmhub-peer join URL --token ...`) would take for an option.
     plaintext = JOIN_TOKEN_PREFIX + secrets.token_urlsafe(24)
-    token = JoinToken(run_id=run.id, token_hash=token_hash(plaintext), label=label)
+    token = JoinToken(run_id=run.id, token_hash=token_hash(plaintext), label=label, max_peers=max_peers)
     session.add(token)
     session.flush()
     record_event(

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.baselines import TrainConfig
+from bench.compression import averaging_bytes_per_step
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
@@ -69,6 +72,11 @@ def test_compression_smoke(tmp_path: Path) -> None:
     # Frame sizes are deterministic: 8-bit frames are smaller than 16-bit ones, smaller than 32-bit.
     assert rows["int8"]["frame_bytes"] < rows["float16"]["frame_bytes"] < rows["none"]["frame_bytes"]
     assert rows["none"]["rel_l2_error"] == 0.0
+    # The smoke run has one peer per stage, so nothing to average; with two per stage push
+    # frames are counted and shrink with the codec.
+    assert all(rows[c]["averaging_bytes_per_step"] == 0 for c in ("none", "float16", "int8"))
+    averaging = [averaging_bytes_per_step(TrainConfig(), c, peers=4) for c in ("int8", "float16", "none")]
+    assert 0 < averaging[0] < averaging[1] < averaging[2]
 
 
 def test_square_cube_smoke(tmp_path: Path) -> None:

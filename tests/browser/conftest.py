@@ -1,7 +1,7 @@
 """Browser tests: the real coordinator (`swarmhub serve`) in a subprocess serving the built
 dashboard, headless Debian Chromium through Playwright, and real peers (`swarmhub-peer join`).
 
-Only tests marked `browser` use these fixtures; `test_feed_types_drift.py` needs none of them.
+Only tests marked `browser` use these fixtures; `test_generated_types.py` needs none of them.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from browser_helpers import (  # noqa: E402
     tail,
     tool,
 )
+
+from tests.required import import_module  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -114,7 +116,7 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory, frontend_dist: Path) -
 # until it stops, and later tests' asyncio.run() would find it there.
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    sync_api = pytest.importorskip("playwright.sync_api")
+    sync_api = import_module("playwright.sync_api", "pip install -e '.[dev]' (make install does it)")
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (make services does it)")
     with sync_api.sync_playwright() as playwright:

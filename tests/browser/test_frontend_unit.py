@@ -3,22 +3,18 @@ reconnect backoff, 422-to-field mapping, form checks) with Node's built-in test 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.required import unavailable
 
 FRONTEND = Path(__file__).resolve().parents[2] / "frontend"
 
 
 def test_frontend_unit_tests_pass() -> None:
     if shutil.which("npm") is None or not (FRONTEND / "node_modules" / ".bin" / "tsc").exists():
-        message = "needs npm and frontend/node_modules (`make frontend`)"
-        if os.environ.get("SWARMHUB_TEST_REQUIRE_ALL") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("needs npm and frontend/node_modules (`make frontend`)")
     result = subprocess.run(
         ["npm", "test", "--silent"], cwd=FRONTEND, capture_output=True, text=True, timeout=120
     )

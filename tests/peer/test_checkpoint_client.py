@@ -15,9 +15,11 @@ from peer.checkpoint_client import (
     upload_stage_checkpoint,
 )
 from server.app import create_app
+from server.checkpoints.service import record_requests
 from server.models import Run
 from server.services.accounts import create_user
 from swarmhub.settings import ServerSettings
+from swarmhub.wire import CheckpointRequest
 
 BASE = "http://coordinator"
 
@@ -43,11 +45,20 @@ async def _scenario(tmp_path) -> None:
         owner = {"Authorization": f"Bearer {login.json()['token']}"}
         run_id = (await client.post("/api/runs", json={"name": "ckpt"}, headers=owner)).json()["id"]
         token = (await client.post(f"/api/runs/{run_id}/tokens", headers=owner)).json()["token"]
-        registration = {"join_token": token, "address": "127.0.0.1:7001", "device": "cpu", "throughput": 1.0}
+        registration = {
+            "join_token": token,
+            "listen_port": 7001,
+            "announce": "127.0.0.1:7001",
+            "device": "cpu",
+            "throughput": 1.0,
+        }
         registered = (await client.post("/api/peers/register", json=registration)).json()
         peer_id, credential = registered["peer_id"], registered["credential"]
         with app.state.session_factory() as session:
             session.get_one(Run, run_id).current_step = 5
+            # What the coordinator records when it sends the peer a CheckpointRequest.
+            for stage in (0, 1):
+                record_requests(session, run_id, [peer_id], CheckpointRequest(step=5, stage=stage))
             session.commit()
 
         assert await latest_checkpoint_step(client, BASE, run_id, peer_id, credential) is None

@@ -1,12 +1,9 @@
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import pytest
 import torch
 
-from peer.data import STDLIB_CAP_BYTES, SampleSource, corpus_fingerprint, load_corpus
+from peer.data import SampleSource
 
 CORPUS = bytes(range(256)) * 40  # 10240 bytes: windows are recognisable by their first byte and offset
 
@@ -68,47 +65,3 @@ def test_sample_source_rejects(kwargs: dict, message: str) -> None:
 def test_batch_rejects_bad_range(first: int, count: int) -> None:
     with pytest.raises(ValueError, match="bad sample range"):
         SampleSource(CORPUS, seq_len=15, seed=0).batch(first, count)
-
-
-def test_corpus_from_directory_is_sorted_and_filtered(tmp_path: Path) -> None:
-    (tmp_path / "b").mkdir()
-    (tmp_path / "b" / "z.md").write_bytes(b"three")
-    (tmp_path / "a.txt").write_bytes(b"one")
-    (tmp_path / "b.py").write_bytes(b"two")
-    (tmp_path / "image.png").write_bytes(b"\x89PNG")
-    assert load_corpus(str(tmp_path)) == b"one" + b"three" + b"two"  # "b/z.md" sorts before "b.py"
-
-
-def test_corpus_from_file(tmp_path: Path) -> None:
-    path = tmp_path / "text.txt"
-    path.write_bytes(b"hello world")
-    assert load_corpus(str(path)) == b"hello world"
-
-
-def _missing(d: Path) -> str:
-    return str(d / "missing")
-
-
-def _empty_file(d: Path) -> str:
-    (d / "empty.txt").write_bytes(b"")
-    return str(d / "empty.txt")
-
-
-def _dir_without_text(d: Path) -> str:
-    (d / "data.bin").write_bytes(b"\x00")
-    return str(d)
-
-
-@pytest.mark.parametrize(
-    ("make", "message"), [(_missing, "neither"), (_empty_file, "is empty"), (_dir_without_text, "has no")]
-)
-def test_load_corpus_rejects(tmp_path: Path, make: Callable[[Path], str], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        load_corpus(make(tmp_path))
-
-
-def test_stdlib_corpus_is_python_and_capped() -> None:
-    corpus = load_corpus("python-stdlib")
-    assert 1_000_000 < len(corpus) <= STDLIB_CAP_BYTES
-    assert b"def " in corpus[:100_000] and b"import " in corpus[:100_000]
-    assert corpus_fingerprint(corpus) == corpus_fingerprint(load_corpus("python-stdlib"))

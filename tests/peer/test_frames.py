@@ -7,7 +7,24 @@ from typing import Any
 
 import pytest
 import torch
+from pydantic import ValidationError
 
+from peer.frame_headers import (
+    MAX_ERROR_CHARS,
+    MAX_ID,
+    BackwardCall,
+    BackwardReply,
+    ErrorReply,
+    FetchState,
+    ForwardBackwardCall,
+    ForwardCall,
+    ForwardReply,
+    FrameHeader,
+    GradsAck,
+    LossReply,
+    PushGrads,
+    StateReply,
+)
 from peer.frames import (
     MAGIC,
     MAX_HEADER_BYTES,
@@ -17,24 +34,26 @@ from peer.frames import (
     decode_frame,
     decode_payload,
     encode_frame,
-    make_credential,
     parse_header,
     read_prefix,
-    verify_credential,
 )
 
 torch.set_num_threads(1)
 
 LIMIT = 1 << 24
-FIELDS: dict[str, Any] = {
-    "kind": "forward",
-    "run_id": 3,
+NO_SIGNATURE = bytes(64)
+ENVELOPE: dict[str, Any] = {"run_id": 3, "sender": 9, "receiver": 4, "counter": 1}
+CALL: dict[str, Any] = {
+    **ENVELOPE,
     "stage": 1,
-    "microbatch_id": "7:42",
-    "sender": 9,
-    "credential": make_credential("run-key", 9),
     "step": 5,
+    "microbatch_id": "7:42",
+    "samples": 2,
+    "timeout_s": 60.0,
 }
+FORWARD = ForwardCall(**CALL)
+FIELDS: dict[str, Any] = {**CALL, "kind": "forward"}
+"""The forward call's header as it travels, for hand-made frames."""
 
 
 def _tensors() -> dict[str, torch.Tensor]:
@@ -49,18 +68,9 @@ def _tensors() -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("codec", ["none", "float16", "int8"])
 def test_round_trip(codec: str) -> None:
     tensors = _tensors()
-    info = {"samples": 2, "loss": 5.5, "counted": ["7:40", "7:41"], "note": "x"}
-    data = encode_frame(**FIELDS, attempt=1, tensors=tensors, codec=codec, info=info)
-    header, got = decode_frame(data, max_bytes=LIMIT)
-    assert (header.kind, header.run_id, header.stage, header.microbatch_id, header.sender, header.step) == (
-        "forward",
-        3,
-        1,
-        "7:42",
-        9,
-        5,
-    )
-    assert header.attempt == 1 and header.info == info and header.error is None
+    header, got = decode_frame(encode_frame(FORWARD, tensors, codec), max_bytes=LIMIT)
+    assert isinstance(header, ForwardCall)
+    assert header.model_dump(exclude={"tensors"}) == FORWARD.model_dump(exclude={"tensors"})
     assert [m.name for m in header.tensors] == list(tensors)
     assert {m.name: m.codec for m in header.tensors}["ids"] == "none"
     for name, t in tensors.items():
@@ -70,36 +80,61 @@ def test_round_trip(codec: str) -> None:
     assert torch.equal(got["ids"], tensors["ids"])
 
 
-def test_error_frame_without_tensors() -> None:
-    header, tensors = decode_frame(
-        encode_frame(**{**FIELDS, "kind": "error"}, error="stage busy"), max_bytes=LIMIT
-    )
-    assert header.kind == "error" and header.error == "stage busy" and tensors == {}
+EVERY_KIND: list[FrameHeader] = [
+    FORWARD,
+    BackwardCall(**CALL),
+    ForwardBackwardCall(**CALL),
+    PushGrads(**ENVELOPE, stage=1, step=5, attempt=2, counted=["7:40", "7:41"]),
+    FetchState(**ENVELOPE, stage=0, step=5),
+    ForwardReply(run_id=3, sender=4),
+    BackwardReply(run_id=3, sender=4),
+    LossReply(run_id=3, sender=4, loss=5.5),
+    GradsAck(run_id=3, sender=4),
+    StateReply(run_id=3, sender=4, step=5),
+    ErrorReply(run_id=3, sender=4, error="stage busy"),
+]
 
 
-def test_nan_loss_in_info_survives() -> None:
-    header, _ = decode_frame(encode_frame(**FIELDS, info={"loss": math.nan}), max_bytes=LIMIT)
-    assert math.isnan(header.info["loss"])
+@pytest.mark.parametrize("header", EVERY_KIND, ids=lambda h: h.kind)
+def test_every_kind_round_trips(header: FrameHeader) -> None:
+    decoded, tensors = decode_frame(encode_frame(header), max_bytes=LIMIT)
+    assert type(decoded) is type(header) and decoded == header and tensors == {}
+
+
+def test_kinds_are_distinct() -> None:
+    assert len({h.kind for h in EVERY_KIND}) == len(EVERY_KIND)
+
+
+def test_nan_loss_survives() -> None:
+    header, _ = decode_frame(encode_frame(LossReply(run_id=3, sender=4, loss=math.nan)), max_bytes=LIMIT)
+    assert isinstance(header, LossReply) and math.isnan(header.loss)
 
 
 def test_streaming_reader_knows_the_size_after_the_header() -> None:
-    data = encode_frame(**FIELDS, tensors=_tensors(), codec="int8")
+    data = encode_frame(FORWARD, _tensors(), "int8")
     header_len = read_prefix(data[:PREFIX_SIZE])
     header = parse_header(data[PREFIX_SIZE : PREFIX_SIZE + header_len], max_bytes=LIMIT)
     assert PREFIX_SIZE + header_len + header.payload_bytes == len(data)
     assert decode_payload(header, data[PREFIX_SIZE + header_len :]).keys() == _tensors().keys()
 
 
-def test_extra_header_fields_are_ignored() -> None:
-    header = {**FIELDS, "tensors": [], "from_the_future": [1, 2]}
-    body = json.dumps(header).encode()
-    decoded, _ = decode_frame(MAGIC + struct.pack(">I", len(body)) + body, max_bytes=LIMIT)
-    assert decoded.step == 5
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: ForwardCall(**{**CALL, "samples": 0}), "greater than or equal to 1"),
+        (lambda: PushGrads(**ENVELOPE, stage=1, step=5, attempt=0), "counted"),
+        (lambda: FetchState(**ENVELOPE, stage=1, step=5, samples=2), "Extra inputs"),
+        (lambda: ErrorReply(run_id=3, sender=4, error="x" * (MAX_ERROR_CHARS + 1)), "at most"),
+    ],
+)
+def test_the_sender_cannot_build_a_bad_header(make: Any, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        make()
 
 
 def _frame(header: dict[str, Any], payload: bytes = b"") -> bytes:
     body = json.dumps(header).encode()
-    return MAGIC + struct.pack(">I", len(body)) + body + payload
+    return MAGIC + struct.pack(">I", len(body)) + NO_SIGNATURE + body + payload
 
 
 def _meta(**overrides: Any) -> dict[str, Any]:
@@ -110,7 +145,7 @@ def _with(*metas: dict[str, Any]) -> dict[str, Any]:
     return {**FIELDS, "tensors": list(metas)}
 
 
-VALID = encode_frame(**FIELDS, tensors={"x": torch.ones(2, 3)})
+VALID = encode_frame(FORWARD, {"x": torch.ones(2, 3)})
 NAN = struct.pack("<f", math.nan)
 INF16 = struct.pack("<e", math.inf)
 
@@ -118,24 +153,30 @@ INF16 = struct.pack("<e", math.inf)
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (b"SWH", "shorter than its 8-byte prefix"),
+        (b"SWH", "shorter than its 72-byte prefix"),
         (b"HTTP" + VALID[4:], "bad magic b'HTTP'"),
-        (MAGIC + struct.pack(">I", MAX_HEADER_BYTES + 1) + b"{}", f"over the {MAX_HEADER_BYTES}-byte limit"),
-        (MAGIC + struct.pack(">I", 100) + b"{}", "truncated"),
-        (_frame({}), "invalid frame header: kind: Field required"),
-        (MAGIC + struct.pack(">I", 5) + b"{nope", "invalid frame header"),
-        (MAGIC + struct.pack(">I", 2) + b"\xff\xfe", "invalid frame header"),
-        (_frame({**FIELDS, "kind": "shutdown"}), "kind: Input should be"),
+        (
+            MAGIC + struct.pack(">I", MAX_HEADER_BYTES + 1) + NO_SIGNATURE + b"{}",
+            f"over the {MAX_HEADER_BYTES}-byte limit",
+        ),
+        (MAGIC + struct.pack(">I", 100) + NO_SIGNATURE + b"{}", "truncated"),
+        (_frame({}), "invalid frame header: header: Unable to extract tag using discriminator 'kind'"),
+        (MAGIC + struct.pack(">I", 5) + NO_SIGNATURE + b"{nope", "invalid frame header"),
+        (MAGIC + struct.pack(">I", 2) + NO_SIGNATURE + b"\xff\xfe", "invalid frame header"),
+        (_frame({**FIELDS, "kind": "shutdown"}), "Input tag 'shutdown' found using 'kind' does not match"),
         (VALID[:-1], "payload is 23 bytes but its header declares 24"),
         (VALID + b"\x00", "payload is 25 bytes but its header declares 24"),
-        (_frame(_with(_meta(dtype="int32"))), "tensors.0.dtype: Input should be"),
+        (_frame(_with(_meta(dtype="int32"))), "forward.tensors.0.dtype: Input should be"),
         (_frame(_with(_meta(codec="zstd")), b"\x00" * 24), "unknown codec 'zstd'"),
         (
             _frame(_with(_meta(nbytes=20)), b"\x00" * 20),
             "20 bytes declared but shape [2, 3] of float32 is 24",
         ),
         (_frame(_with(_meta(shape=[-2, -3])), b"\x00" * 24), "negative dimension"),
-        (_frame(_with(_meta(nbytes=-1))), "nbytes: Input should be greater than or equal to 0"),
+        (
+            _frame(_with(_meta(nbytes=-1))),
+            "forward.tensors.0.nbytes: Input should be greater than or equal to 0",
+        ),
         (
             _frame(_with(_meta(dtype="int64", codec="int8", nbytes=6)), b"\x00" * 6),
             "must travel uncompressed",
@@ -150,6 +191,65 @@ INF16 = struct.pack("<e", math.inf)
 def test_rejections(data: bytes, message: str) -> None:
     with pytest.raises(FrameError) as info:
         decode_frame(data, max_bytes=LIMIT)
+    assert message in str(info.value)
+
+
+def _without(header: dict[str, Any], name: str) -> dict[str, Any]:
+    return {k: v for k, v in header.items() if k != name}
+
+
+FETCH: dict[str, Any] = {**ENVELOPE, "kind": "fetch_state", "stage": 1, "step": 5}
+ERROR: dict[str, Any] = {"run_id": 3, "sender": 4, "kind": "error", "error": "busy"}
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        # Another kind's fields:
+        ({**FIELDS, "counted": ["7:40"]}, "forward.counted: Extra inputs are not permitted"),
+        ({**FETCH, "samples": 2}, "fetch_state.samples: Extra inputs are not permitted"),
+        ({**ERROR, "loss": 1.0}, "error.loss: Extra inputs are not permitted"),
+        ({**FIELDS, "kind": "push_grads"}, "push_grads.attempt: Field required"),
+        ({**FIELDS, "kind": "forward_backward_reply"}, "forward_backward_reply.loss: Field required"),
+        # A missing field:
+        (_without(FIELDS, "samples"), "forward.samples: Field required"),
+        (_without(FIELDS, "timeout_s"), "forward.timeout_s: Field required"),
+        (_without(FETCH, "step"), "fetch_state.step: Field required"),
+        (_without(ERROR, "error"), "error.error: Field required"),
+        # Oversized values:
+        ({**FIELDS, "microbatch_id": "m" * 1000}, "forward.microbatch_id: String should have at most 256"),
+        ({**FIELDS, "run_id": MAX_ID + 1}, "forward.run_id: Input should be less than or equal to"),
+        ({**FIELDS, "samples": 1 << 30}, "forward.samples: Input should be less than or equal to"),
+        ({**FIELDS, "timeout_s": 1e12}, "forward.timeout_s: Input should be less than or equal to"),
+        ({**FIELDS, "counter": -1}, "forward.counter: Input should be greater than or equal to 0"),
+        ({**FIELDS, "ticket": {"run_id": 3}}, "forward.ticket.peer_id: Field required"),
+        (
+            {**ERROR, "error": "e" * (MAX_ERROR_CHARS + 1)},
+            f"error.error: String should have at most {MAX_ERROR_CHARS}",
+        ),
+        (_with(_meta(shape=[1] * 9, nbytes=4)), "forward.tensors.0.shape: List should have at most 8"),
+        # Wrong-typed values:
+        ({**FIELDS, "samples": "2"}, "forward.samples: Input should be a valid integer"),
+        ({**FIELDS, "step": 5.0}, "forward.step: Input should be a valid integer"),
+        ({**FIELDS, "sender": True}, "forward.sender: Input should be a valid integer"),
+        ({**FIELDS, "stage": -1}, "forward.stage: Input should be greater than or equal to 0"),
+        ({**FIELDS, "timeout_s": math.nan}, "forward.timeout_s: Input should be a finite number"),
+        ({**FIELDS, "tensors": {"x": 1}}, "forward.tensors: Input should be a valid array"),
+        (
+            {**FETCH, "kind": "push_grads", "attempt": 0, "counted": "7:40"},
+            "push_grads.counted: Input should be a valid array",
+        ),
+        (
+            {"run_id": 3, "sender": 4, "kind": "forward_backward_reply", "loss": "low"},
+            "loss: Input should be a valid number",
+        ),
+        ({**FIELDS, "kind": 1}, "Input tag '1' found using 'kind' does not match"),
+    ],
+)
+def test_header_rejections(header: dict[str, Any], message: str) -> None:
+    with pytest.raises(FrameError) as info:
+        decode_frame(_frame(header), max_bytes=LIMIT)
+    assert str(info.value).startswith("invalid frame header: ")
     assert message in str(info.value)
 
 
@@ -168,12 +268,14 @@ def test_frame_over_max_bytes() -> None:
 )
 def test_encode_rejections(tensors: dict[str, torch.Tensor], codec: str, message: str) -> None:
     with pytest.raises(FrameError, match=message):
-        encode_frame(**FIELDS, tensors=tensors, codec=codec)
+        encode_frame(FORWARD, tensors, codec)
 
 
 def test_encode_rejects_oversized_header() -> None:
     with pytest.raises(FrameError, match="frame header is"):
-        encode_frame(**FIELDS, info={"counted": ["m" * 1000] * (MAX_HEADER_BYTES // 1000)})
+        encode_frame(
+            PushGrads(**ENVELOPE, stage=1, step=5, attempt=0, counted=["m" * 200] * (MAX_HEADER_BYTES // 200))
+        )
 
 
 def test_frame_error_is_a_value_error() -> None:
@@ -190,14 +292,3 @@ def test_check_tensor() -> None:
         check_tensor(t, (2, 16), torch.float32)
     with pytest.raises(FrameError, match=r"dtype torch\.float32, expected torch\.int64"):
         check_tensor(t, (2, 16, 64), torch.int64)
-
-
-def test_credentials() -> None:
-    credential = make_credential("run-key", 9)
-    assert len(credential) == 64 and credential == make_credential("run-key", 9)
-    assert verify_credential("run-key", 9, credential)
-    assert not verify_credential("run-key", 10, credential)  # another peer's credential
-    assert not verify_credential("other-key", 9, credential)  # another run's
-    assert not verify_credential("run-key", 9, credential[:-1] + ("1" if credential[-1] == "0" else "0"))
-    assert not verify_credential("run-key", 9, "")
-    assert not verify_credential("run-key", 9, "ü" * 64)

@@ -4,11 +4,9 @@ import pytest
 import torch
 
 from peer.model import (
-    ModelConfig,
     PipelineStage,
     build_full_model,
     build_stage,
-    config_for,
     full_forward_loss,
     load_stage_state,
     save_stage,
@@ -20,7 +18,7 @@ from swarmhub.presets import get_preset
 
 torch.set_num_threads(1)
 
-TINY = config_for("tiny")
+TINY = get_preset("tiny")
 
 
 @pytest.mark.parametrize(
@@ -44,10 +42,10 @@ def test_stage_layers_rejects(n_layer: int, num_stages: int, stage: int) -> None
         stage_layers(n_layer, num_stages, stage)
 
 
-def test_config_for_preset() -> None:
-    assert config_for("tiny") == ModelConfig(vocab_size=256, d_model=64, n_layer=4, n_head=4, max_seq_len=256)
-    with pytest.raises(ValueError, match="unknown model preset"):
-        config_for("nope")
+def test_stage_is_built_from_the_preset() -> None:
+    first, last = build_full_model(TINY, 2, seed=0)
+    assert first.wte.weight.shape == (256, TINY.d_model) and first.wpe.weight.shape == (TINY.max_seq_len, 64)
+    assert last.head.out_features == 256 and first.blocks["0"].attn.n_head == TINY.n_head
 
 
 def _batch(batch: int = 2, seq_len: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,7 +120,7 @@ def test_seed_changes_every_part() -> None:
 
 
 def test_gpt2_init_scales() -> None:
-    stage = build_stage(config_for("small"), 0, 1, seed=0)
+    stage = build_stage(get_preset("small"), 0, 1, seed=0)
     block = stage.blocks["0"]
     assert block.attn.c_attn.weight.std().item() == pytest.approx(0.02, rel=0.05)
     assert block.mlp.c_proj.weight.std().item() == pytest.approx(0.02 / 4, rel=0.05)  # 1/sqrt(2 * 8 layers)
@@ -131,8 +129,8 @@ def test_gpt2_init_scales() -> None:
 
 @pytest.mark.parametrize(("preset", "num_stages"), [("tiny", 1), ("tiny", 4), ("small", 3)])
 def test_parameter_count_matches_preset(preset: str, num_stages: int) -> None:
-    config = config_for(preset)
-    stages = [PipelineStage(config, s, num_stages) for s in range(num_stages)]
+    shape = get_preset(preset)
+    stages = [PipelineStage(shape, s, num_stages) for s in range(num_stages)]
     assert sum(p.numel() for st in stages for p in st.parameters()) == get_preset(preset).parameter_count
 
 

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from server.policies.rebalance import DEFAULT_MIN_GAIN, Move, PeerLoad, choose_move, stage_capacities
+from server.policies.rebalance import (
+    DEFAULT_MIN_GAIN,
+    Move,
+    PeerLoad,
+    choose_move,
+    inbound_link_rates,
+    stage_bytes_per_sample,
+    stage_capacities,
+)
 
 
 def loads(*stages: list[float] | list[tuple[float, int]]) -> list[PeerLoad]:
@@ -257,8 +265,7 @@ def apply_move(peers: list[PeerLoad], move: Move, num_stages: int) -> list[PeerL
 def test_a_move_is_worth_it_and_never_empties_a_stage(swarm: tuple[list[PeerLoad], int]) -> None:
     peers, num_stages = swarm
     move = choose_move(peers, num_stages)
-    if move is None:
-        return
+    assume(move is not None)
     capacities = stage_capacities(peers, num_stages)
     assert move.rate_before == pytest.approx(min(capacities))
     bar = DEFAULT_MIN_GAIN * min(move.rate_before, move.peer_rate)
@@ -298,8 +305,7 @@ def test_repeated_moves_settle(swarm: tuple[list[PeerLoad], int]) -> None:
 def test_empty_stage_is_filled_when_a_donor_exists(swarm: tuple[list[PeerLoad], int]) -> None:
     peers, num_stages = swarm
     counts = [sum(1 for p in peers if p.stage == s) for s in range(num_stages)]
-    if 0 not in counts or max(counts) < 2:
-        return
+    assume(0 in counts and max(counts) >= 2)
     move = choose_move(peers, num_stages)
     assert move is not None, "an empty stage stalls the pipeline; a stage with two peers can give one"
     assert counts[move.to_stage] == 0
@@ -329,3 +335,126 @@ def test_pinned_peers_count_but_do_not_move() -> None:
     assert move is not None and move.peer_id == 2
     assert move.rate_before == 10.0
     assert choose_move(peers, 2, pinned=frozenset({1, 2, 3})) is None
+
+
+# ---- link caps ---------------------------------------------------------------------------------
+
+
+def linked(stage: int, peer_id: int, throughput: float, link_rate: float | None) -> PeerLoad:
+    return PeerLoad(peer_id=peer_id, stage=stage, throughput=throughput, link_rate=link_rate)
+
+
+@pytest.mark.parametrize(
+    ("peers", "bytes_per_sample", "expected"),
+    [
+        pytest.param(
+            [linked(0, 1, 100.0, 1000.0), linked(1, 2, 100.0, None)],
+            [10.0, 10.0],
+            [100.0, 100.0],
+            id="a link carrying more than the compute does not cap",
+        ),
+        pytest.param(
+            [linked(0, 1, 100.0, 500.0), linked(0, 2, 100.0, 2000.0), linked(1, 3, 100.0, 200.0)],
+            [10.0, 4.0],
+            [150.0, 50.0],
+            id="link-bound peers count at link rate / bytes per sample",
+        ),
+        pytest.param(
+            [linked(0, 1, 100.0, 0.0)],
+            [10.0],
+            [0.0],
+            id="a link that carried nothing caps at zero",
+        ),
+    ],
+)
+def test_stage_capacities_capped_by_links(
+    peers: list[PeerLoad], bytes_per_sample: list[float], expected: list[float]
+) -> None:
+    assert stage_capacities(peers, len(bytes_per_sample), bytes_per_sample) == pytest.approx(expected)
+
+
+def test_without_bytes_per_sample_links_are_ignored() -> None:
+    peers = [linked(0, 1, 100.0, 1.0), linked(1, 2, 100.0, 1.0)]
+    assert stage_capacities(peers, 2) == pytest.approx([100.0, 100.0])
+
+
+@pytest.mark.parametrize(
+    ("peers", "bytes_per_sample", "expected"),
+    [
+        pytest.param(
+            # By compute stage 1 (one peer, 100) is the bottleneck and either stage-0 peer would
+            # help; peer 1's link carries only 20 samples/s of stage 1's traffic, so peer 2 goes.
+            [
+                linked(0, 1, 100.0, 2_000.0),
+                linked(0, 2, 100.0, 100_000.0),
+                linked(0, 3, 100.0, None),
+                linked(1, 4, 100.0, None),
+            ],
+            [10.0, 100.0],
+            (2, 0, 1),
+            id="the peer whose link can carry the bottleneck stage moves",
+        ),
+        pytest.param(
+            # Stage 0's compute is ample but its only two peers' links carry 30 samples/s each:
+            # stage 0 is the real bottleneck and a stage-1 peer with a fast link moves there.
+            [
+                linked(0, 1, 200.0, 300.0),
+                linked(0, 2, 200.0, 300.0),
+                linked(1, 3, 100.0, 1e9),
+                linked(1, 4, 100.0, 1e9),
+                linked(1, 5, 100.0, 1e9),
+            ],
+            [10.0, 10.0],
+            (3, 1, 0),
+            id="a link-bound stage is the bottleneck",
+        ),
+    ],
+)
+def test_move_accounts_for_links(
+    peers: list[PeerLoad], bytes_per_sample: list[float], expected: tuple[int, int, int]
+) -> None:
+    move = choose_move(peers, len(bytes_per_sample), bytes_per_sample=bytes_per_sample)
+    assert move is not None
+    assert (move.peer_id, move.from_stage, move.to_stage) == expected
+
+
+def test_a_link_bound_peer_is_estimated_at_what_its_link_carries() -> None:
+    peers = [linked(0, 1, 100.0, 100.0), linked(0, 2, 100.0, 100.0), linked(1, 3, 50.0, None)]
+    by_compute = choose_move(peers, 2)
+    assert by_compute is not None
+    assert (by_compute.peer_rate, by_compute.rate_after) == pytest.approx((50.0, 100.0))
+    # Stage 1 moves 100 bytes per sample; the peer's link carries 100 bytes/s: 1 sample/s.
+    by_links = choose_move(peers, 2, bytes_per_sample=[1.0, 100.0])
+    assert by_links is not None
+    assert (by_links.peer_rate, by_links.rate_before, by_links.rate_after) == pytest.approx((1.0, 50.0, 51.0))
+
+
+def test_bytes_per_sample_must_name_every_stage() -> None:
+    with pytest.raises(ValueError, match="bytes_per_sample has 1 stages"):
+        choose_move([linked(0, 1, 1.0, None)], 2, bytes_per_sample=[1.0])
+
+
+@pytest.mark.parametrize(
+    ("num_stages", "compression", "expected"),
+    [
+        # seq 64, d 8: an activation is 512 elements; tokens 64 x 8 bytes.
+        (1, "none", [1024.0]),
+        (2, "none", [2 * 512 + 2 * 2048, 2 * 2048 + 512]),
+        (3, "float16", [2 * 512 + 2 * 1024, 5 * 1024, 2 * 1024 + 512]),
+        (2, "int8", [2 * 512 + 2 * 512 * (1 + 4 / 2048), 2 * 512 * (1 + 4 / 2048) + 512]),
+    ],
+)
+def test_stage_bytes_per_sample(num_stages: int, compression: str, expected: list[float]) -> None:
+    assert stage_bytes_per_sample(num_stages, 64, 8, compression) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("reports", "expected"),
+    [
+        pytest.param({}, {}, id="nobody measured"),
+        pytest.param({1: {2: 5.0}, 3: {2: 9.0, 1: 4.0}}, {2: 9.0, 1: 4.0}, id="the best measurement"),
+        pytest.param({1: {1: 99.0, 2: 0.0}}, {}, id="self-reports and zeros ignored"),
+    ],
+)
+def test_inbound_link_rates(reports: dict[int, dict[int, float]], expected: dict[int, float]) -> None:
+    assert inbound_link_rates(reports) == expected

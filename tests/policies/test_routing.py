@@ -235,3 +235,69 @@ def test_a_queued_peer_is_chosen_less_until_its_queue_drains() -> None:
     router.update_peers({1: 10.0, 2: 10.0}, {1: 0, 2: 0})
     later = [router.choose(8, now=0.0) for _ in range(40)]
     assert abs(later.count(1) - later.count(2)) <= 6
+
+
+# ---- link time ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("throughputs", "links", "samples", "nbytes"),
+    [
+        # Equal compute; one peer behind a link 4x slower, transfer dominating.
+        ({1: 10.0, 2: 10.0}, {1: 1e6, 2: 0.25e6}, 1, 1_000_000),
+        # Faster compute but a slow link: the slower-computing peer with a fast link wins.
+        ({1: 100.0, 2: 10.0}, {1: 0.1e6, 2: 100e6}, 8, 500_000),
+        # Links so fast that compute alone decides (shares as without links).
+        ({1: 30.0, 2: 10.0}, {1: 1e12, 2: 1e12}, 4, 1_000),
+        # Three peers, mixed.
+        ({1: 20.0, 2: 20.0, 3: 5.0}, {1: 10e6, 2: 1e6, 3: 10e6}, 8, 2_000_000),
+    ],
+)
+def test_share_is_proportional_to_one_over_compute_plus_transfer(
+    throughputs: dict[int, float], links: dict[int, float], samples: int, nbytes: int
+) -> None:
+    r = router(throughputs)
+    r.update_links(links)
+    n = 4000
+    got = {p: 0 for p in throughputs}
+    for _ in range(n):
+        p = r.choose(samples, 0.0, nbytes=nbytes)
+        assert p is not None
+        got[p] += 1
+    speed = {p: 1 / (samples / throughputs[p] + nbytes / links[p]) for p in throughputs}
+    total = sum(speed.values())
+    for peer, s in speed.items():
+        assert got[peer] == pytest.approx(n * s / total, abs=max(2.0, 0.002 * n))
+
+
+def test_unmeasured_link_counts_as_free_until_measured() -> None:
+    r = router({1: 10.0, 2: 10.0})
+    r.update_links({1: 1e5})
+    first = counts_with_bytes(r, 100, nbytes=1_000_000)
+    assert first[2] > first[1]  # peer 2's link is unmeasured: only its compute counts
+    r.update_links({2: 1e5})
+    again = counts_with_bytes(r, 1000, nbytes=1_000_000)
+    assert again[1] == pytest.approx(again[2], abs=2)
+
+
+def test_link_rates_of_unknown_peers_and_zero_rates_are_ignored() -> None:
+    r = router({1: 10.0, 2: 10.0})
+    r.update_links({1: 0.0, 9: 5e6})
+    got = counts_with_bytes(r, 1000, nbytes=1_000_000)
+    assert got[1] == pytest.approx(got[2], abs=2)
+    assert r.peers() == [1, 2]
+
+
+def test_compute_estimate_is_samples_over_throughput() -> None:
+    r = router({1: 20.0})
+    assert r.compute_s(1, 8) == pytest.approx(0.4)
+    assert r.compute_s(2, 8) == 0.0
+
+
+def counts_with_bytes(r: StageRouter, n: int, nbytes: int) -> dict[int, int]:
+    out = {p: 0 for p in r.peers()}
+    for _ in range(n):
+        p = r.choose(1, 0.0, nbytes=nbytes)
+        assert p is not None
+        out[p] += 1
+    return out

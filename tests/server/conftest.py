@@ -25,11 +25,13 @@ from swarmhub.wire import (
     CoordinatorToPeerMessage,
     Hello,
     Message,
+    Reachability,
     RunStatusChanged,
     StageAssignment,
     SwarmView,
     Welcome,
 )
+from tests.server.probe_responder import ProbeResponder
 
 if TYPE_CHECKING:
     # Imported lazily: starlette warns on import, and conftests load before that warning is filtered.
@@ -170,12 +172,14 @@ class PeerConnector:
 
     def hello(self, peer_id: int, credential: str) -> PeerChannel:
         """Open a channel, say hello with these credentials and drain the coordinator's first frames."""
+        self._api.responder.know(peer_id, credential)
         channel = self.open()
         channel.peer_id, channel.credential = peer_id, credential
         channel.send(Hello(peer_id=peer_id, credential=credential))
         channel.frames = [
             channel.expect(Welcome),
             channel.expect(RunStatusChanged),
+            channel.expect(Reachability),
             channel.expect(StageAssignment),
         ]
         return channel
@@ -185,6 +189,8 @@ class PeerConnector:
 class Api:
     app: FastAPI
     client: TestClient
+    responder: ProbeResponder
+    """Where the fake peers' data planes answer the coordinator's reachability probe."""
     admin: tuple[str, str] = ADMIN
 
     def create_account(self, username: str, password: str, role: str) -> None:
@@ -206,9 +212,15 @@ class Api:
         assert response.status_code == 201, response.text
         return response.json()
 
-    @staticmethod
-    def registration(token: str, **overrides: Any) -> dict[str, Any]:
-        body = {"join_token": token, "address": "127.0.0.1:7001", "device": "cpu", "throughput": 12.5}
+    def registration(self, token: str, **overrides: Any) -> dict[str, Any]:
+        port = int(self.responder.address.rsplit(":", 1)[1])
+        body = {
+            "join_token": token,
+            "listen_port": port,
+            "announce": self.responder.address,
+            "device": "cpu",
+            "throughput": 12.5,
+        }
         return body | overrides
 
 
@@ -216,7 +228,12 @@ class Api:
 def settings(request: pytest.FixtureRequest, database_url: str, tmp_path) -> ServerSettings:
     marker = request.node.get_closest_marker("server_settings")
     overrides = marker.kwargs if marker is not None else {}
-    return ServerSettings(database_url=database_url, checkpoint_dir=tmp_path / "checkpoints", **overrides)
+    return ServerSettings(
+        database_url=database_url,
+        checkpoint_dir=tmp_path / "checkpoints",
+        dataset_dir=tmp_path / "datasets",
+        **overrides,
+    )
 
 
 @pytest.fixture
@@ -233,8 +250,15 @@ def client(app: FastAPI) -> Iterator[TestClient]:
 
 
 @pytest.fixture
-def api(app: FastAPI, client: TestClient) -> Api:
-    return Api(app, client)
+def api(app: FastAPI, client: TestClient, probe_responder: ProbeResponder) -> Api:
+    return Api(app, client, probe_responder)
+
+
+@pytest.fixture(scope="session")
+def probe_responder() -> Iterator[ProbeResponder]:
+    responder = ProbeResponder()
+    yield responder
+    responder.close()
 
 
 @pytest.fixture

@@ -46,7 +46,13 @@ def fuzz_target(tmp_path_factory) -> Iterator[tuple[Any, dict[str, str]]]:
         client.cookies.clear()
         run_id = client.post("/api/runs", json={"name": "fuzzed"}, headers=headers).json()["id"]
         join = client.post(f"/api/runs/{run_id}/tokens", headers=headers).json()["token"]
-        registration = {"join_token": join, "address": "127.0.0.1:7001", "device": "cpu", "throughput": 1.0}
+        registration = {
+            "join_token": join,
+            "listen_port": 7001,
+            "announce": "127.0.0.1:7001",
+            "device": "cpu",
+            "throughput": 1.0,
+        }
         assert client.post("/api/peers/register", json=registration).status_code == 201
         yield app, headers
 

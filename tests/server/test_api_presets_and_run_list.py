@@ -8,9 +8,10 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
-from server.models import PEER_STATES, Peer
+from server.models import Peer
 from server.services.steps import record_step
 from swarmhub.presets import PRESETS
+from swarmhub.status import PeerState
 
 
 def test_presets_are_public_and_match_swarmhub_presets(client):
@@ -96,14 +97,14 @@ def test_runs_list_items_are_run_details(app, client, owner_headers):
     by_id = {r["id"]: r for r in listed}
     assert by_id[busy]["parameter_count"] == PRESETS["small"].parameter_count
     assert by_id[busy]["latest_loss"] == 4.25
-    assert by_id[busy]["peer_counts"] == dict.fromkeys(PEER_STATES, 0) | {
+    assert by_id[busy]["peer_counts"] == dict.fromkeys(PeerState, 0) | {
         "active": 2,
         "lost": 1,
         "left": 1,
         "joining": 1,
     }
     assert by_id[quiet]["latest_loss"] is None
-    assert by_id[quiet]["peer_counts"] == dict.fromkeys(PEER_STATES, 0) | {"kicked": 1}
+    assert by_id[quiet]["peer_counts"] == dict.fromkeys(PeerState, 0) | {"kicked": 1}
     # Each item is exactly what GET /api/runs/{id} answers.
     for run in listed:
         assert client.get(f"/api/runs/{run['id']}", headers=owner_headers).json() == run

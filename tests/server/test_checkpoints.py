@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from peer.model import state_from_bytes, state_to_bytes
-from server.checkpoints import max_stage_bytes
+from server.checkpoints.service import record_requests
+from server.checkpoints.store import max_stage_bytes
 from server.models import Run
 from swarmhub.wire import (
     ApplyStep,
@@ -47,11 +48,21 @@ def _url(run_id: int, step: int, stage: int) -> str:
     return f"/api/runs/{run_id}/checkpoints/{step}/stages/{stage}"
 
 
+ASKED_STEPS = range(13)
+
+
 @pytest.fixture
-def peer(api, client, owner_headers, run_id) -> dict[str, str]:
-    """Headers of a registered peer of the run."""
+def peer(api, app, client, owner_headers, run_id) -> dict[str, str]:
+    """Headers of a registered peer of the run, which the coordinator asked for both stages of
+    every step these tests upload (`tests/hostile/test_resource_bounds.py` covers the asking)."""
     token = api.issue_token(owner_headers, run_id)["token"]
     registered = client.post("/api/peers/register", json=api.registration(token)).json()
+    with app.state.session_factory() as session:
+        for step in ASKED_STEPS:
+            for stage in range(2):
+                request = CheckpointRequest(step=step, stage=stage)
+                record_requests(session, run_id, [registered["peer_id"]], request)
+        session.commit()
     return {"X-Peer-Id": str(registered["peer_id"]), "X-Peer-Credential": registered["credential"]}
 
 
@@ -110,12 +121,12 @@ def test_a_step_is_complete_once_every_stage_is_in(app, client, owner_headers, r
     assert manifest["stages"]["1"]["sha256"] == hashlib.sha256(body).hexdigest()
     assert list((settings.checkpoint_dir / f"run-{run_id}" / ".incoming").iterdir()) == []
 
-    # A retried upload replaces the file; the step was already complete, so no second event.
+    # A stored stage is never replaced: the file and the step's single event stay as they were.
     again = _put(client, run_id, 4, 0, peer, _blob(3.0))
-    assert again.status_code == 200
+    assert again.status_code == 409 and "never overwritten" in again.json()["detail"]
     assert [e["kind"] for e in _events(client, run_id, owner_headers)].count("checkpoint") == 1
     assert (
-        state_from_bytes((step_dir / "stage-0.safetensors").read_bytes())[0]["optim.0.exp_avg"][0, 0] == 3.0
+        state_from_bytes((step_dir / "stage-0.safetensors").read_bytes())[0]["optim.0.exp_avg"][0, 0] == 1.0
     )
 
 
@@ -284,7 +295,7 @@ def test_other_owners_see_nothing(api, app, client, owner_headers, run_id, peer)
 def _ready_pair(connect_peer, run_id: int | None = None):
     """Two connected peers, one per stage of the run, both ready at step 0."""
     first = connect_peer(run_id=run_id)
-    second = connect_peer(run_id=run_id, address="127.0.0.1:7002")
+    second = connect_peer(run_id=run_id)
     assert (first.stage, second.stage) == (0, 1)
     for peer in (first, second):
         peer.send(StageReady(stage=peer.stage, step=0, origin="initialized"))

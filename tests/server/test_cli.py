@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from swarmhub.cli import _parser, _settings, main
+from launch.cli import _parser, _settings, main
 
 
 def _login_works(url: str, username: str, password: str) -> bool:
@@ -60,9 +60,9 @@ def test_demo_passes_its_arguments_through(monkeypatch):
     import types
 
     seen = []
-    fake = types.ModuleType("swarmhub.demo")
+    fake = types.ModuleType("launch.demo")
     fake.main = lambda argv: seen.append(argv) or 0
-    monkeypatch.setitem(sys.modules, "swarmhub.demo", fake)
+    monkeypatch.setitem(sys.modules, "launch.demo", fake)
     assert main(["demo", "--peers", "3", "--json"]) == 0
     assert seen == [["--peers", "3", "--json"]]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 
 import pytest
@@ -54,8 +55,16 @@ def _token(headers):
     return headers["Authorization"].removeprefix("Bearer ")
 
 
+@contextlib.contextmanager
+def _feed(client, run_id, headers):
+    """A feed opened as an API client opens it: no cookie, the token in the first message."""
+    with client.websocket_connect(f"/ws/runs/{run_id}/feed") as ws:
+        ws.send_json({"type": "auth", "token": _token(headers)})
+        yield ws
+
+
 def test_feed_sends_a_snapshot_then_live_frames(client, owner_headers, run_id):
-    with client.websocket_connect(f"/ws/runs/{run_id}/feed?token={_token(owner_headers)}") as ws:
+    with _feed(client, run_id, owner_headers) as ws:
         snapshot = ws.receive_json()
         assert snapshot["type"] == "snapshot" and snapshot["run"]["id"] == run_id
         assert [e["kind"] for e in snapshot["events"]] == ["run_created"]
@@ -70,7 +79,7 @@ def test_feed_sends_a_snapshot_then_live_frames(client, owner_headers, run_id):
 
 def test_feed_reports_new_peers(api, client, owner_headers, run_id):
     token = api.issue_token(owner_headers, run_id)["token"]
-    with client.websocket_connect(f"/ws/runs/{run_id}/feed?token={_token(owner_headers)}") as ws:
+    with _feed(client, run_id, owner_headers) as ws:
         ws.receive_json()
         client.post("/api/peers/register", json=api.registration(token, name="p1"))
         peer_frame, event_frame = ws.receive_json(), ws.receive_json()
@@ -93,27 +102,50 @@ def test_feed_accepts_the_session_cookie(api, client, run_id):
 
 def test_feed_pings_while_idle(client, owner_headers, run_id, monkeypatch):
     monkeypatch.setattr("server.routes.feed.KEEPALIVE_S", 0.05)
-    with client.websocket_connect(f"/ws/runs/{run_id}/feed?token={_token(owner_headers)}") as ws:
+    with _feed(client, run_id, owner_headers) as ws:
         ws.receive_json()
         assert ws.receive_json() == {"type": "ping"}
 
 
 @pytest.mark.parametrize("who", ["nobody", "stranger", "bad token"])
 def test_unauthorized_feeds_close_with_1008(api, client, run_id, who):
-    query = ""
+    first: dict = {"type": "hello"}
     if who == "stranger":
         api.create_account("mallory", "mallory password", "owner")
-        query = f"?token={_token(api.bearer('mallory', 'mallory password'))}"
+        first = {"type": "auth", "token": _token(api.bearer("mallory", "mallory password"))}
     elif who == "bad token":
-        query = "?token=forged"
+        first = {"type": "auth", "token": "forged"}
     with (
-        client.websocket_connect(f"/ws/runs/{run_id}/feed{query}") as ws,
+        client.websocket_connect(f"/ws/runs/{run_id}/feed") as ws,
         pytest.raises(WebSocketDisconnect) as refused,
     ):
+        ws.send_json(first)
         ws.receive_json()
     assert refused.value.code == 1008 and refused.value.reason
 
 
+def test_a_token_in_the_url_is_not_accepted(client, owner_headers, run_id):
+    # URLs land in access logs and browser history: the token must come in the cookie or a message.
+    with (
+        client.websocket_connect(f"/ws/runs/{run_id}/feed?token={_token(owner_headers)}") as ws,
+        pytest.raises(WebSocketDisconnect) as refused,
+    ):
+        ws.send_json({"type": "hello"})
+        ws.receive_json()
+    assert refused.value.code == 1008 and refused.value.reason == "not logged in"
+
+
+def test_the_feed_closes_when_its_session_ends(client, owner_headers, run_id, monkeypatch):
+    monkeypatch.setattr("server.routes.feed.SESSION_CHECK_S", 0.05)
+    with _feed(client, run_id, owner_headers) as ws:
+        assert ws.receive_json()["type"] == "snapshot"
+        assert client.post("/api/auth/logout", headers=owner_headers).status_code == 204
+        with pytest.raises(WebSocketDisconnect) as ended:
+            while True:
+                ws.receive_json()
+    assert ended.value.code == 1008 and "session ended" in ended.value.reason
+
+
 def test_admins_watch_any_run(client, admin_headers, run_id):
-    with client.websocket_connect(f"/ws/runs/{run_id}/feed?token={_token(admin_headers)}") as ws:
+    with _feed(client, run_id, admin_headers) as ws:
         assert ws.receive_json()["run"]["id"] == run_id

@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 
 from server.models import Run
+from swarmhub.tickets import run_ticket_public_key
 from swarmhub.wire import (
     Goodbye,
     Heartbeat,
     Hello,
     Kicked,
     NoWork,
+    Reachability,
     RunSpec,
     RunStatusChanged,
     StageAssignment,
@@ -146,16 +148,48 @@ def test_peers_of_archived_runs_are_refused(client, owner_headers, run_id, conne
 # ---- joining -------------------------------------------------------------------------------
 
 
+def first_address(client, owner_headers, run_id) -> str:
+    return client.get(f"/api/runs/{run_id}/peers", headers=owner_headers).json()[0]["address"]
+
+
+def test_a_peer_the_coordinator_cannot_reach_trains_only(client, owner_headers, run_id, connect_peer):
+    serving = connect_peer()
+    peer_id, credential = connect_peer.register(announce="127.0.0.1:1")  # nothing listens on port 1
+    channel = connect_peer.open()
+    channel.send(Hello(peer_id=peer_id, credential=credential))
+    channel.expect(Welcome)
+    channel.expect(RunStatusChanged)
+    notice = channel.expect(Reachability)
+    assert not notice.reachable and notice.address == "127.0.0.1:1"
+    assert "your port 1 is not reachable from the coordinator" in notice.detail
+    row = next(
+        p for p in client.get(f"/api/runs/{run_id}/peers", headers=owner_headers).json() if p["id"] == peer_id
+    )
+    assert (row["state"], row["stage"], row["reachable"]) == ("active", None, False)
+    events = client.get(f"/api/runs/{run_id}/events", headers=owner_headers).json()
+    assert [e["peer_id"] for e in events if e["kind"] == "peer_trainer_only"] == [peer_id]
+    # Never a stage, but it trains: once the other stage is served it is granted microbatches.
+    other = connect_peer()
+    for peer in (serving, other):
+        peer.send(StageReady(stage=peer.stage, step=0, origin="initialized"))
+    channel.send(WorkRequest())
+    assert isinstance(channel.expect(WorkGrant, skip=(SwarmView,)), WorkGrant)
+
+
 def test_after_the_hello_a_peer_gets_the_run_its_status_and_a_stage(
     app, client, owner_headers, run_id, connect_peer
 ):
     first = connect_peer(name="asks-for-1", requested_stage=1)
-    welcome, status, assignment = first.frames
+    welcome, status, reachability, assignment = first.frames
+    # The coordinator dialled the peer's data plane where it said it listens, and it answered as itself.
+    assert reachability.reachable and reachability.address == first_address(client, owner_headers, run_id)
     assert isinstance(welcome, Welcome) and welcome.peer_id == first.peer_id and welcome.step == 0
     run = client.get(f"/api/runs/{run_id}", headers=owner_headers).json()
     assert welcome.run == RunSpec.model_validate(run | {"run_id": run_id})
     with app.state.session_factory() as session:
-        assert welcome.data_key == session.get_one(Run, run_id).data_key and len(welcome.data_key) >= 32
+        secret = session.get_one(Run, run_id).data_key
+    # The run's public ticket key, never its secret: a peer can check tickets but not make them.
+    assert welcome.data_key == run_ticket_public_key(secret) and secret not in welcome.model_dump_json()
     assert status == RunStatusChanged(status="active")
     # It asked for stage 1: the policy would have picked the empty stage 0, the request wins.
     assert (assignment.stage, assignment.step, assignment.reason) == (1, 0, "joined")
@@ -203,16 +237,29 @@ def test_heartbeats_are_counted_in_metrics(client, connect_peer, eventually):
     eventually(lambda: _metric(client, "swarmhub_heartbeats_total") == 2.0, "two heartbeats counted")
 
 
-def test_a_ready_peer_appears_in_the_swarm_view(connect_peer):
+def test_measured_link_rates_reach_the_api(client, owner_headers, run_id, connect_peer, eventually):
+    peer = connect_peer()
+    other = connect_peer()
+    peer.send(Heartbeat(throughput=20.0, queue_length=0, samples_done=0, links={other.peer_id: 5e6}))
+
+    def rates() -> dict[str, float] | None:
+        listed = client.get(f"/api/runs/{run_id}/peers", headers=owner_headers).json()
+        mine = next(p for p in listed if p["id"] == peer.peer_id)
+        return mine["link_rates"] or None
+
+    assert eventually(rates, "the heartbeat's link rates written") == {str(other.peer_id): 5e6}
+
+
+def test_a_ready_peer_appears_in_the_swarm_view(api, connect_peer):
     peer = connect_peer()
     peer.send(StageReady(stage=peer.stage, step=0, origin="initialized"))
     view = peer.expect(SwarmView, skip=())
     assert view.step == 0
     assert [(p.peer_id, p.stage, p.address, p.throughput) for p in view.peers] == [
-        (peer.peer_id, peer.stage, "127.0.0.1:7001", 12.5)
+        (peer.peer_id, peer.stage, api.responder.address, 12.5)
     ]
     # A second peer sees both once it is ready; the first is told too.
-    other = connect_peer(address="127.0.0.1:7002")
+    other = connect_peer()
     other.send(StageReady(stage=other.stage, step=0, origin="initialized"))
     for channel in (other, peer):
         view = channel.expect(SwarmView, skip=())
@@ -223,7 +270,7 @@ def test_stage_ready_for_another_step_means_copying_again(connect_peer):
     peer = connect_peer()
     peer.send(StageReady(stage=peer.stage, step=3, origin="copied"))
     again = peer.expect(StageAssignment)
-    assert (again.stage, again.step, again.reason) == (peer.stage, 0, "state was behind; copying again")
+    assert (again.stage, again.step, again.reason) == (peer.stage, 0, "state was ahead; copying again")
     # Not ready: no stage-0 peer is routable, so the trainer gets no work.
     peer.send(WorkRequest())
     assert peer.expect(NoWork).reason == "stage 0 has no ready peer"
@@ -254,7 +301,8 @@ def test_a_heartbeating_peer_is_not_lost(client, owner_headers, run_id, connect_
     for _ in range(10):
         peer.send(Heartbeat(throughput=1.0, queue_length=0, samples_done=0))
         peer.send(WorkRequest())
-        assert isinstance(peer.expect(NoWork), NoWork)
+        # The peer was assigned a stage but never said it is ready.
+        assert peer.expect(NoWork) == NoWork(step=0, reason="stage 0 has no ready peer")
         time.sleep(0.2)
     assert _peer(client, owner_headers, run_id, peer.peer_id)["state"] == "active"
 
@@ -287,7 +335,7 @@ def test_work_is_granted_once_every_stage_has_a_ready_peer(connect_peer):
     first.send(WorkRequest())
     assert first.expect(NoWork) == NoWork(step=0, reason="stage 1 has no ready peer")
 
-    second = connect_peer(address="127.0.0.1:7002")
+    second = connect_peer()
     assert second.stage == 1
     second.send(WorkRequest())
     assert second.expect(NoWork).reason == "stage 1 has no ready peer"  # assigned, not yet ready
@@ -324,7 +372,7 @@ def test_reconnecting_with_the_same_credential_replaces_the_old_channel(
     closed = old.expect_close()
     assert (closed.code, closed.reason) == (POLICY_VIOLATION, "replaced by a newer channel of the same peer")
     assert new.frames[0].peer_id == old.peer_id
-    assert (new.stage, new.frames[2].reason) == (old.stage, "rejoined its stage")
+    assert (new.stage, new.frames[3].reason) == (old.stage, "rejoined its stage")
     assert _metric(client, "swarmhub_peers_connected") == 1.0
 
     # The new channel is the live one: it has to be ready again, and it is served.
@@ -336,21 +384,3 @@ def test_reconnecting_with_the_same_credential_replaces_the_old_channel(
     new.expect(NoWork)
     assert _peer(client, owner_headers, run_id, old.peer_id)["state"] == "active"
     assert "peer_lost" not in _event_kinds(client, owner_headers, run_id, old.peer_id)
-
-
-def test_a_peer_reading_other_dataset_bytes_is_refused(connect_peer):
-    first_id, first_credential = connect_peer.register()
-    first = connect_peer.open()
-    first.send(Hello(peer_id=first_id, credential=first_credential, corpus_fingerprint="aaaa"))
-    first.expect(Welcome)
-    second_id, second_credential = connect_peer.register()
-    second = connect_peer.open()
-    second.send(Hello(peer_id=second_id, credential=second_credential, corpus_fingerprint="bbbb"))
-    closed = second.expect_close(skip=())
-    assert closed.code == POLICY_VIOLATION
-    assert "dataset differs from the run's (bbbb vs aaaa)" in closed.reason
-    # A peer reading the same bytes is welcome.
-    third_id, third_credential = connect_peer.register()
-    third = connect_peer.open()
-    third.send(Hello(peer_id=third_id, credential=third_credential, corpus_fingerprint="aaaa"))
-    third.expect(Welcome)

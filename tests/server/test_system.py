@@ -12,7 +12,7 @@ def test_healthz(client):
 def test_metrics_exposes_runs_peers_heartbeats_and_requests(
     client, owner_headers, run_id, connect_peer, eventually
 ):
-    peers = [connect_peer(address=f"127.0.0.1:{7001 + i}") for i in range(4)]
+    peers = [connect_peer() for i in range(4)]
     peers[0].send(Heartbeat(throughput=3.0, queue_length=0, samples_done=8))
     peers[1].send(Heartbeat(throughput=4.0, queue_length=1, samples_done=16))
     peers[3].disconnect()
@@ -79,7 +79,13 @@ def test_the_live_swarm_starts_and_stops_with_the_app(settings):
         owner = {"Authorization": f"Bearer {login.json()['token']}"}
         run_id = client.post("/api/runs", json={"name": "lifecycle"}, headers=owner).json()["id"]
         token = client.post(f"/api/runs/{run_id}/tokens", headers=owner).json()["token"]
-        registration = {"join_token": token, "address": "127.0.0.1:7001", "device": "cpu", "throughput": 1.0}
+        registration = {
+            "join_token": token,
+            "listen_port": 7001,
+            "announce": "127.0.0.1:7001",
+            "device": "cpu",
+            "throughput": 1.0,
+        }
         peer_id = client.post("/api/peers/register", json=registration).json()["peer_id"]
     # Stopped cleanly (no error on shutdown). Now say the coordinator had died with that peer
     # connected: the database still calls it active. A coordinator starting on it marks it lost.

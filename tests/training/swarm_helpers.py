@@ -17,7 +17,7 @@ DEMO_RUN: dict[str, Any] = {
 WAIT_S = 240.0
 
 
-def wait_until(what: str, predicate: Any, timeout_s: float = 60.0) -> Any:
+def wait_until(what: str, predicate: Any, timeout_s: float = 60.0, interval_s: float = 0.3) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
@@ -25,7 +25,7 @@ def wait_until(what: str, predicate: Any, timeout_s: float = 60.0) -> Any:
             return value
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up waiting for {what}")
-        time.sleep(0.3)
+        time.sleep(interval_s)
 
 
 def assert_books_balance(steps: list[dict[str, Any]], events: list[dict[str, Any]], num_stages: int) -> None:

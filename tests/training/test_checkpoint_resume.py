@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from swarmhub.local_swarm import LocalSwarm
+from launch.local_swarm import LocalSwarm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

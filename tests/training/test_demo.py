@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from swarmhub.local_swarm import console_script
+from launch.local_swarm import console_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

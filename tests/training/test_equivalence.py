@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
 
 import pytest
 import torch
 
-from peer.data import SampleSource, load_corpus
-from peer.frames import decode_frame, encode_frame, make_credential
-from peer.model import build_full_model, config_for, full_forward_loss
+from launch.local_swarm import LocalSwarm
+from peer.data import SampleSource
+from peer.frame_headers import FetchState, StateReply
+from peer.frames import decode_frame, encode_frame
+from peer.model import build_full_model, full_forward_loss
 from peer.stage_worker import apply_gradients, make_optimizer
 from peer.transport import FramePool, UploadPacer
-from swarmhub.local_swarm import LocalSwarm
+from server.datasets.store import stdlib_corpus
+from swarmhub.presets import get_preset
 from swarmhub.schedule import GRAD_CLIP_NORM, clip_scale, learning_rate
-from swarmhub.wire import RunSpec
+from swarmhub.wire import PeerEndpoint, RunSpec
+from tests.ticket_helpers import minted_signer
+from tests.training.swarm_helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -38,9 +42,9 @@ def reference_parameters(spec: RunSpec, steps: int) -> list[dict[str, torch.Tens
     `target_batch_size` consecutive global samples, as the coordinator grants them when no
     microbatch fails."""
     torch.manual_seed(0)
-    stages = build_full_model(config_for(spec.model_preset), spec.num_stages, spec.seed)
+    stages = build_full_model(get_preset(spec.model_preset), spec.num_stages, spec.seed)
     optimizers = [make_optimizer(spec, list(stage.parameters())) for stage in stages]
-    samples = SampleSource(load_corpus(spec.dataset), spec.seq_len, spec.seed)
+    samples = SampleSource(stdlib_corpus(), spec.seq_len, spec.seed)
     for step in range(steps):
         inputs, targets = samples.batch(step * spec.target_batch_size, spec.target_batch_size)
         loss = full_forward_loss(stages, inputs, targets)
@@ -60,26 +64,39 @@ async def fetch_parameters(
 ) -> dict[int, tuple[int, int, dict[str, torch.Tensor]]]:
     """peer id -> (stage, step, parameters), asked of each peer over the data plane."""
     pool = FramePool(max_bytes=1 << 28, pacer=UploadPacer(None))
+    pool.learn(PeerEndpoint(peer_id=p["id"], address=p["address"], stage=p["stage"]) for p in peers)
     caller = peers[0]["id"]
+    # Asked as a peer of the run would ask: with a ticket the run's key signed, as the coordinator's host can.
+    signer = minted_signer(data_key, run_id, caller)
     result = {}
     try:
         for peer in peers:
             frame = encode_frame(
-                kind="fetch_state",
-                run_id=run_id,
-                stage=peer["stage"],
-                microbatch_id="",
-                sender=caller,
-                credential=make_credential(data_key, caller),
-                step=0,
+                FetchState(run_id=run_id, sender=caller, stage=peer["stage"], step=0),
+                signer=signer,
+                receiver=peer["id"],
             )
             header, tensors = decode_frame(await pool.request(peer["address"], frame, 60), max_bytes=1 << 28)
-            assert header.kind == "result", header.error
+            assert isinstance(header, StateReply), header
             params = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
-            result[peer["id"]] = (peer["stage"], int(header.info["step"]), params)
+            result[peer["id"]] = (peer["stage"], header.step, params)
     finally:
         await pool.close()
     return result
+
+
+def settled_parameters(
+    swarm: LocalSwarm, run_id: int, peers: list[dict], data_key: str
+) -> tuple[int, dict[int, tuple[int, int, dict[str, torch.Tensor]]]] | None:
+    """The run's committed step and every peer's parameters, if every peer holds that step and no
+    step committed while they were fetched (a peer applies a step before the run commits it)."""
+    committed = swarm.run_detail(run_id)["current_step"]
+    fetched = asyncio.run(fetch_parameters(swarm, run_id, peers, data_key))
+    if swarm.run_detail(run_id)["current_step"] != committed:
+        return None
+    if any(step != committed for _, step, _ in fetched.values()):
+        return None
+    return committed, fetched
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
@@ -103,20 +120,23 @@ def test_swarm_step_equals_single_process_step(optimizer: str) -> None:
             swarm.start_peer("--stage", str(stage))
         swarm.wait_for_steps(run["id"], 1, timeout_s=120)
         swarm.client.post(f"/api/runs/{run['id']}/pause").raise_for_status()
-        # A step already averaging when the pause arrived still commits; let it settle.
-        time.sleep(3)
-        steps = swarm.run_detail(run["id"])["current_step"]
         peers = [p for p in swarm.client.get(f"/api/runs/{run['id']}/peers").json() if p["state"] == "active"]
         assert sorted(p["stage"] for p in peers) == [0, 0, 1, 1]
         with sqlite3.connect(swarm.workdir / "swarmhub.sqlite") as db:
             (data_key,) = db.execute("select data_key from runs where id = ?", (run["id"],)).fetchone()
-        fetched = asyncio.run(fetch_parameters(swarm, run["id"], peers, data_key))
+        # A step already averaging when the pause arrived still commits; what is compared is a
+        # state every peer and the run agree on.
+        steps, fetched = wait_until(
+            "every peer to hold the run's committed step",
+            lambda: settled_parameters(swarm, run["id"], peers, data_key),
+            timeout_s=120,
+        )
         spec = RunSpec.model_validate({**run, "run_id": run["id"]})
 
     expected = reference_parameters(spec, steps)
-    initial = build_full_model(config_for("tiny"), 2, spec.seed)
-    for peer_id, (stage, step, params) in fetched.items():
-        assert step == steps, f"peer {peer_id} is at step {step}, the run at {steps}"
+    initial = build_full_model(get_preset("tiny"), 2, spec.seed)
+    assert steps >= 1
+    for peer_id, (stage, _, params) in fetched.items():
         assert params.keys() == expected[stage].keys()
         for name, value in params.items():
             torch.testing.assert_close(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from swarmhub.local_swarm import LocalSwarm
+from launch.local_swarm import LocalSwarm
 
 pytestmark = pytest.mark.slow
 
@@ -142,7 +142,20 @@ def test_peers_piled_on_one_stage_are_spread_and_without_rebalancing_nothing_mov
             lambda: [(p["state"], p["stage"]) for p in swarm.peer_rows(still["id"])] == [("active", 0)] * 4,
             swarm,
         )
-        time.sleep(15)  # a bound on waiting for a move that must not come
+        # A peer prints this just before it tells the coordinator it is ready, and each ready
+        # report makes the coordinator consult rebalancing: with it on, the last one moves a peer.
+        still_peers = swarm.peers[4:]
+        wait_until(
+            "the 4 peers to serve stage 0",
+            lambda: all("serving stage 0 from step 0" in p.log() for p in still_peers),
+            swarm,
+        )
+        # Removing a peer makes the coordinator consult rebalancing again (stage 1 still empty),
+        # and the kick answers only once that is done: a move would be in the events by now.
+        kicked = swarm.peer_rows(still["id"])[0]
+        response = swarm.client.post(f"/api/peers/{kicked['id']}/kick", json={"reason": "test"})
+        response.raise_for_status()
+        assert response.json()["state"] == "kicked"
         events = swarm.events(still["id"])
         assert not kinds(events, "rebalance"), events
         assert swarm.steps(still["id"]) == []

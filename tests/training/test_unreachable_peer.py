@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from swarmhub.local_swarm import LocalSwarm
+from launch.local_swarm import LocalSwarm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

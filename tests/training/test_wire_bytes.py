@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from peer.frames import decode_frame, encode_frame, make_credential
+from peer.frame_headers import ForwardCall
+from peer.frames import decode_frame, encode_frame
 
 torch.set_num_threads(1)
 
@@ -13,18 +14,16 @@ MICROBATCH, SEQ_LEN, D_MODEL = 8, 64, 64
 
 
 def _frame(x: torch.Tensor, codec: str) -> bytes:
-    return encode_frame(
-        kind="forward",
+    header = ForwardCall(
         run_id=1,
-        stage=1,
-        microbatch_id="s12-a1b2c3m7",
         sender=3,
-        credential=make_credential("k" * 43, 3),
+        stage=1,
         step=12,
-        tensors={"x": x},
-        codec=codec,
-        info={"samples": MICROBATCH, "timeout_s": 60.0},
+        microbatch_id="s12-a1b2c3m7",
+        samples=MICROBATCH,
+        timeout_s=60.0,
     )
+    return encode_frame(header, {"x": x}, codec)
 
 
 def test_int8_activation_frame_is_at_least_3_5x_smaller() -> None:

@@ -1,9 +1,10 @@
 // A run's stored checkpoints: complete steps with their size and a download of the whole model
 // (a zip of config.json and every stage's safetensors file), and a button asking the peers for one.
-import { useEffect, useState } from "react";
-import { api, errorMessage } from "../api";
+import { useState } from "react";
+import { call, client, errorMessage } from "../api";
 import { formatBytes, formatTime } from "../format";
-import type { CheckpointRequested, CheckpointStepOut } from "../types";
+import type { CheckpointStepOut } from "../generated/api";
+import { useLoad } from "../hooks/useLoad";
 
 export function modelUrl(runId: number, step: number): string {
   return `/api/runs/${runId}/checkpoints/${step}/model`;
@@ -19,35 +20,25 @@ export function CheckpointsPanel({
   refreshKey: number;
   canRequest: boolean;
 }) {
-  const [steps, setSteps] = useState<CheckpointStepOut[] | null>(null);
-  const [error, setError] = useState("");
+  const path = { params: { path: { run_id: runId } } };
+  const { data: steps, error: loadError } = useLoad(
+    () => call(client.GET("/api/runs/{run_id}/checkpoints", path)),
+    [runId, refreshKey],
+  );
+  const [requestError, setRequestError] = useState("");
   const [notice, setNotice] = useState("");
   const [busy, setBusy] = useState(false);
-
-  useEffect(() => {
-    let current = true;
-    api
-      .get<CheckpointStepOut[]>(`/api/runs/${runId}/checkpoints`)
-      .then((list) => {
-        if (!current) return;
-        setSteps(list);
-        setError("");
-      })
-      .catch((e) => current && setError(errorMessage(e)));
-    return () => {
-      current = false;
-    };
-  }, [runId, refreshKey]);
+  const error = requestError || loadError;
 
   async function checkpointNow() {
     setBusy(true);
-    setError("");
+    setRequestError("");
     setNotice("");
     try {
-      const answer = await api.post<CheckpointRequested>(`/api/runs/${runId}/checkpoints`);
+      const answer = await call(client.POST("/api/runs/{run_id}/checkpoints", path));
       setNotice(`Requested at step ${answer.current_step}: the peers save their stages at the next step.`);
     } catch (e) {
-      setError(errorMessage(e));
+      setRequestError(errorMessage(e));
     } finally {
       setBusy(false);
     }

@@ -1,4 +1,4 @@
-import type { EventOut } from "../feed-types";
+import type { EventOut } from "../generated/feed";
 import { eventStyle } from "../events";
 import { formatTime } from "../format";
 

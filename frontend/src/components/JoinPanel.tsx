@@ -1,7 +1,8 @@
-import { useCallback, useEffect, useState } from "react";
-import { api, errorMessage } from "../api";
+import { useState } from "react";
+import { call, client, errorMessage } from "../api";
 import { formatTime } from "../format";
-import type { TokenIssued, TokenOut } from "../types";
+import type { TokenCreate, TokenIssued } from "../generated/api";
+import { useLoad } from "../hooks/useLoad";
 
 export function CopyButton({ text }: { text: string }) {
   const [copied, setCopied] = useState(false);
@@ -29,43 +30,56 @@ export function CopyButton({ text }: { text: string }) {
 
 /** Issue join tokens, show the one-line join command, revoke tokens. */
 export function JoinPanel({ runId }: { runId: number }) {
-  const [tokens, setTokens] = useState<TokenOut[]>([]);
+  const loaded = useLoad(
+    () => call(client.GET("/api/runs/{run_id}/tokens", { params: { path: { run_id: runId } } })),
+    [runId],
+  );
+  const tokens = loaded.data ?? [];
   const [created, setCreated] = useState<TokenIssued | null>(null);
-  const [error, setError] = useState("");
+  const [actionError, setActionError] = useState("");
   const [busy, setBusy] = useState(false);
   const [label, setLabel] = useState("");
-
-  const load = useCallback(() => {
-    api
-      .get<TokenOut[]>(`/api/runs/${runId}/tokens`)
-      .then(setTokens)
-      .catch((e) => setError(errorMessage(e)));
-  }, [runId]);
-
-  useEffect(load, [load]);
+  const [maxPeers, setMaxPeers] = useState("");
+  const error = actionError || loaded.error;
 
   async function issue() {
     setBusy(true);
-    setError("");
+    setActionError("");
     try {
-      setCreated(await api.post<TokenIssued>(`/api/runs/${runId}/tokens`, { label: label.trim() }));
+      setCreated(
+        await call(
+          client.POST("/api/runs/{run_id}/tokens", {
+            params: { path: { run_id: runId } },
+            // Without a number the coordinator applies its own default.
+            body: {
+              label: label.trim(),
+              ...(maxPeers.trim() ? { max_peers: Number(maxPeers) } : {}),
+            } as TokenCreate,
+          }),
+        ),
+      );
       setLabel("");
-      load();
+      setMaxPeers("");
+      loaded.reload();
     } catch (e) {
-      setError(errorMessage(e));
+      setActionError(errorMessage(e));
     } finally {
       setBusy(false);
     }
   }
 
   async function revoke(id: number) {
-    setError("");
+    setActionError("");
     try {
-      await api.del(`/api/runs/${runId}/tokens/${id}`);
+      await call(
+        client.DELETE("/api/runs/{run_id}/tokens/{token_id}", {
+          params: { path: { run_id: runId, token_id: id } },
+        }),
+      );
       if (created?.id === id) setCreated(null);
-      load();
+      loaded.reload();
     } catch (e) {
-      setError(errorMessage(e));
+      setActionError(errorMessage(e));
     }
   }
 
@@ -89,6 +103,16 @@ export function JoinPanel({ runId }: { runId: number }) {
           value={label}
           onChange={(e) => setLabel(e.target.value)}
         />
+        <input
+          aria-label="Peers this token may register"
+          title="How many machines may join with this token (give each participant their own token)"
+          placeholder="peers (default 32)"
+          type="number"
+          min={1}
+          max={10000}
+          value={maxPeers}
+          onChange={(e) => setMaxPeers(e.target.value)}
+        />
         <button type="button" onClick={() => void issue()} disabled={busy}>
           {created ? "Issue another token" : "Issue join token"}
         </button>
@@ -106,7 +130,11 @@ export function JoinPanel({ runId }: { runId: number }) {
           <tbody>
             {active.map((token) => (
               <tr key={token.id}>
-                <td>#{token.id}{token.label ? ` ${token.label}` : ""}</td>
+                <td>
+                  #{token.id}
+                  {token.label ? ` ${token.label}` : ""}
+                  <span className="muted"> · up to {token.max_peers} peers</span>
+                </td>
                 <td>{formatTime(token.created_at)}</td>
                 <td>
                   <button type="button" className="danger small" onClick={() => void revoke(token.id)}>

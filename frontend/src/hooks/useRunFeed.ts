@@ -2,7 +2,7 @@
 // date by the websocket feed. A `snapshot` (sent first on every connection) replaces everything.
 import { useEffect, useReducer, useRef, useState } from "react";
 import { FeedClient, feedUrl, type FeedStatus } from "../feed";
-import type { EventOut, FeedFrame, PeerOut, RunDetail, RunOut, StepOut } from "../feed-types";
+import type { EventOut, FeedFrame, PeerOut, RunDetail, RunOut, StepOut } from "../generated/feed";
 import { loadStepHistory } from "../history";
 import { BoundedSeries, StepRate } from "../series";
 

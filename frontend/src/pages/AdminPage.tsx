@@ -1,29 +1,36 @@
-import { Fragment, useCallback, useEffect, useState } from "react";
-import { api, errorMessage } from "../api";
+import { Fragment, useEffect, useState } from "react";
+import { call, client, errorMessage } from "../api";
 import { StatusBadge } from "../components/StatusBadge";
-import type { PeerOut, RunOut } from "../feed-types";
+import { UsersPanel } from "../components/UsersPanel";
 import { formatAgo, formatNumber, formatTime } from "../format";
-import type { TokenOut } from "../types";
+import type { PeerOut, UserOut } from "../generated/api";
+import { useLoad } from "../hooks/useLoad";
 
 const REFRESH_MS = 5000;
 
+function revokeToken(runId: number, tokenId: number): Promise<void> {
+  return call(
+    client.DELETE("/api/runs/{run_id}/tokens/{token_id}", {
+      params: { path: { run_id: runId, token_id: tokenId } },
+    }),
+  );
+}
+
 function RunTokens({ runId }: { runId: number }) {
-  const [tokens, setTokens] = useState<TokenOut[] | null>(null);
-  const [error, setError] = useState("");
-  const load = useCallback(() => {
-    api
-      .get<TokenOut[]>(`/api/runs/${runId}/tokens`)
-      .then(setTokens)
-      .catch((e) => setError(errorMessage(e)));
-  }, [runId]);
-  useEffect(load, [load]);
+  const loaded = useLoad(
+    () => call(client.GET("/api/runs/{run_id}/tokens", { params: { path: { run_id: runId } } })),
+    [runId],
+  );
+  const [actionError, setActionError] = useState("");
+  const tokens = loaded.data;
+  const error = actionError || loaded.error;
 
   async function revoke(id: number) {
     try {
-      await api.del(`/api/runs/${runId}/tokens/${id}`);
-      load();
+      await revokeToken(runId, id);
+      loaded.reload();
     } catch (e) {
-      setError(errorMessage(e));
+      setActionError(errorMessage(e));
     }
   }
 
@@ -49,43 +56,39 @@ function RunTokens({ runId }: { runId: number }) {
   );
 }
 
-export function AdminPage() {
-  const [runs, setRuns] = useState<RunOut[]>([]);
-  const [peers, setPeers] = useState<PeerOut[]>([]);
+export function AdminPage({ me }: { me: UserOut }) {
+  const loaded = useLoad(
+    () => Promise.all([call(client.GET("/api/runs")), call(client.GET("/api/admin/peers"))]),
+    [],
+  );
+  const [runs, peers] = loaded.data ?? [[], []];
   const [openRun, setOpenRun] = useState<number | null>(null);
   const [showDeparted, setShowDeparted] = useState(false);
-  const [error, setError] = useState("");
+  const [actionError, setActionError] = useState("");
   const [notice, setNotice] = useState("");
-
-  const load = useCallback(async () => {
-    try {
-      const [r, p] = await Promise.all([
-        api.get<RunOut[]>("/api/runs"),
-        api.get<PeerOut[]>("/api/admin/peers"),
-      ]);
-      setRuns(r);
-      setPeers(p);
-      setError("");
-    } catch (e) {
-      setError(errorMessage(e));
-    }
-  }, []);
+  const error = actionError || loaded.error;
+  const { reload } = loaded;
 
   useEffect(() => {
-    void load();
-    const timer = window.setInterval(() => void load(), REFRESH_MS);
+    const timer = window.setInterval(reload, REFRESH_MS);
     return () => window.clearInterval(timer);
-  }, [load]);
+  }, [reload]);
 
   async function act(peer: PeerOut, action: "kick" | "ban") {
     const what = action === "ban" ? "Ban" : "Kick";
     if (action === "ban" && !window.confirm(`Ban peer ${peer.name || peer.id}? It cannot rejoin.`)) return;
+    const request = { params: { path: { peer_id: peer.id } }, body: { reason: `${action} by admin` } };
+    setActionError("");
     try {
-      await api.post(`/api/peers/${peer.id}/${action}`, { reason: `${action} by admin` });
+      await call(
+        action === "ban"
+          ? client.POST("/api/peers/{peer_id}/ban", request)
+          : client.POST("/api/peers/{peer_id}/kick", request),
+      );
       setNotice(`${what} sent to peer ${peer.name || peer.id}.`);
-      await load();
+      reload();
     } catch (e) {
-      setError(errorMessage(e));
+      setActionError(errorMessage(e));
     }
   }
 
@@ -103,6 +106,8 @@ export function AdminPage() {
           {notice}
         </p>
       )}
+
+      <UsersPanel me={me} />
 
       <div className="card">
         <h2>Runs</h2>

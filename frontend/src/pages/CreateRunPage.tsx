@@ -1,12 +1,31 @@
-import { useEffect, useState, type FormEvent, type ReactNode } from "react";
-import { api, ApiError, errorMessage } from "../api";
-import type { RunDetail } from "../feed-types";
+import { useState, type FormEvent, type ReactNode } from "react";
+import { ApiError, call, client, errorMessage } from "../api";
+import { DatasetPicker } from "../components/DatasetPicker";
 import { formatCount } from "../format";
+import type { RunCreate } from "../generated/api";
+import { useLoad } from "../hooks/useLoad";
 import { navigate } from "../router";
-import type { PresetOut, RunCreate } from "../types";
-import { DEFAULT_FORM, placeMessages, validateRunForm, type FieldErrors, type RunForm } from "../validation";
+import {
+  DEFAULT_FORM,
+  placeMessages,
+  runSetting,
+  validateRunForm,
+  type FieldErrors,
+  type RunForm,
+} from "../validation";
 
 const FIELD_NAMES = Object.keys(DEFAULT_FORM);
+
+// Number inputs take their bounds from RunSettings, tightened where the chosen preset allows less
+// (the form is noValidate: they only steer the spinner; validateRunForm checks).
+function bounds(name: keyof RunCreate, presetMax?: number): Record<string, string> {
+  const { minimum, maximum } = runSetting(name);
+  const max = Math.min(presetMax ?? Infinity, maximum ?? Infinity);
+  const attributes: Record<string, string> = {};
+  if (minimum !== undefined) attributes.min = String(minimum);
+  if (max !== Infinity) attributes.max = String(max);
+  return attributes;
+}
 
 function Field(props: {
   name: keyof RunCreate;
@@ -16,11 +35,13 @@ function Field(props: {
   children: ReactNode;
 }) {
   const error = props.errors[props.name];
+  // Without a hint of its own, a field explains itself with its setting's docstring (RunSettings).
+  const hint = props.hint ?? runSetting(props.name).description;
   return (
     <div className={error ? "field has-error" : "field"}>
       <label htmlFor={`f-${props.name}`}>{props.label}</label>
       {props.children}
-      {props.hint && !error && <div className="hint">{props.hint}</div>}
+      {hint && !error && <div className="hint">{hint}</div>}
       {error && (
         <div className="field-error" data-field={props.name} id={`e-${props.name}`} role="alert">
           {error}
@@ -35,16 +56,9 @@ export function CreateRunPage() {
   const [errors, setErrors] = useState<FieldErrors>({});
   const [formError, setFormError] = useState("");
   // The coordinator's presets (GET /api/presets); null while loading.
-  const [presets, setPresets] = useState<PresetOut[] | null>(null);
-  const [presetError, setPresetError] = useState("");
+  const { data: presets, error: presetsError } = useLoad(() => call(client.GET("/api/presets")), []);
+  const presetError = presetsError && `Could not load model presets: ${presetsError}`;
   const [busy, setBusy] = useState(false);
-
-  useEffect(() => {
-    api
-      .get<PresetOut[]>("/api/presets")
-      .then(setPresets)
-      .catch((e) => setPresetError(`Could not load model presets: ${errorMessage(e)}`));
-  }, []);
 
   const preset = presets?.find((p) => p.name === form.model_preset);
 
@@ -77,7 +91,7 @@ export function CreateRunPage() {
     setErrors({});
     setBusy(true);
     try {
-      const run = await api.post<RunDetail>("/api/runs", checked.body);
+      const run = await call(client.POST("/api/runs", { body: checked.body }));
       navigate(`/runs/${run.id}`);
     } catch (e) {
       if (e instanceof ApiError && (Object.keys(e.fields).length > 0 || e.unplaced.length > 0)) {
@@ -138,17 +152,27 @@ export function CreateRunPage() {
             )}
           </select>
         </Field>
-        <Field name="dataset" label="Dataset" errors={errors} hint="python-stdlib (bundled) or a path on the peers">
-          {input("dataset")}
+        <Field
+          name="dataset"
+          label="Dataset"
+          errors={errors}
+          hint="the bundled corpus, a dataset you uploaded, or upload one: peers download it from the coordinator"
+        >
+          <DatasetPicker
+            value={form.dataset}
+            invalid={Boolean(errors.dataset)}
+            describedBy={errors.dataset ? "e-dataset" : undefined}
+            onChange={(value) => set("dataset", value)}
+          />
         </Field>
         <Field name="num_stages" label="Pipeline stages" errors={errors}>
-          {input("num_stages", "number", { min: "1", max: "64" })}
+          {input("num_stages", "number", bounds("num_stages", preset?.n_layer))}
         </Field>
         <Field name="target_batch_size" label="Target batch size" errors={errors} hint="samples per global step">
-          {input("target_batch_size", "number", { min: "1" })}
+          {input("target_batch_size", "number", bounds("target_batch_size"))}
         </Field>
         <Field name="microbatch_size" label="Microbatch size" errors={errors}>
-          {input("microbatch_size", "number", { min: "1" })}
+          {input("microbatch_size", "number", bounds("microbatch_size"))}
         </Field>
         <Field
           name="seq_len"
@@ -156,7 +180,7 @@ export function CreateRunPage() {
           errors={errors}
           hint={preset?.max_seq_len ? `at most ${preset.max_seq_len} for ${preset.name}` : undefined}
         >
-          {input("seq_len", "number", { min: "8" })}
+          {input("seq_len", "number", bounds("seq_len", preset?.max_seq_len))}
         </Field>
         <Field name="optimizer" label="Optimizer" errors={errors}>
           <select
@@ -173,7 +197,7 @@ export function CreateRunPage() {
           {input("learning_rate", "text", { inputMode: "decimal" })}
         </Field>
         <Field name="warmup_steps" label="Warm-up steps" errors={errors}>
-          {input("warmup_steps", "number", { min: "0" })}
+          {input("warmup_steps", "number", bounds("warmup_steps"))}
         </Field>
         <Field name="weight_decay" label="Weight decay" errors={errors}>
           {input("weight_decay", "text", { inputMode: "decimal" })}
@@ -202,10 +226,10 @@ export function CreateRunPage() {
           </select>
         </Field>
         <Field name="max_steps" label="Max steps" errors={errors} hint="empty: run until stopped">
-          {input("max_steps", "number", { min: "1" })}
+          {input("max_steps", "number", bounds("max_steps"))}
         </Field>
         <Field name="seed" label="Seed" errors={errors}>
-          {input("seed", "number", { min: "0" })}
+          {input("seed", "number", bounds("seed"))}
         </Field>
         {formError && (
           <p className="error form-error" role="alert">

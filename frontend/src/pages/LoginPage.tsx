@@ -1,8 +1,8 @@
 import { useState, type FormEvent } from "react";
-import { api, errorMessage } from "../api";
-import type { User } from "../types";
+import { call, client, errorMessage } from "../api";
+import type { UserOut } from "../generated/api";
 
-export function LoginPage({ onSignedIn }: { onSignedIn: (user: User) => void }) {
+export function LoginPage({ onSignedIn }: { onSignedIn: (user: UserOut) => void }) {
   const [username, setUsername] = useState("");
   const [password, setPassword] = useState("");
   const [error, setError] = useState("");
@@ -13,8 +13,8 @@ export function LoginPage({ onSignedIn }: { onSignedIn: (user: User) => void }) 
     setBusy(true);
     setError("");
     try {
-      await api.post("/api/auth/login", { username, password });
-      onSignedIn(await api.get<User>("/api/auth/me"));
+      await call(client.POST("/api/auth/login", { body: { username, password } }));
+      onSignedIn(await call(client.GET("/api/auth/me")));
     } catch (e) {
       setError(errorMessage(e));
     } finally {

@@ -1,12 +1,11 @@
 import { useEffect, useMemo, useState } from "react";
-import { api, errorMessage } from "../api";
+import { call, client, errorMessage } from "../api";
 import { Chart } from "../components/Chart";
 import { CheckpointsPanel } from "../components/CheckpointsPanel";
 import { EventLog } from "../components/EventLog";
 import { JoinPanel } from "../components/JoinPanel";
 import { StatusBadge } from "../components/StatusBadge";
 import { SwarmView } from "../components/SwarmView";
-import type { RunDetail, RunOut } from "../feed-types";
 import { formatCount, formatNumber } from "../format";
 import { useRunFeed } from "../hooks/useRunFeed";
 import { formatDuration } from "../series";
@@ -31,8 +30,7 @@ export function RunPage({ runId }: { runId: number }) {
 
   // Show the run at once from REST; the feed's snapshot takes over when it arrives.
   useEffect(() => {
-    api
-      .get<RunDetail>(`/api/runs/${runId}`)
+    call(client.GET("/api/runs/{run_id}", { params: { path: { run_id: runId } } }))
       .then((run) => setRun(run))
       .catch((e) => setError(errorMessage(e)));
     // eslint-disable-next-line react-hooks/exhaustive-deps
@@ -47,7 +45,14 @@ export function RunPage({ runId }: { runId: number }) {
     setBusy(true);
     setError("");
     try {
-      setRun(await api.post<RunOut>(`/api/runs/${runId}/${name}`));
+      const path = { params: { path: { run_id: runId } } };
+      setRun(
+        await call(
+          name === "pause"
+            ? client.POST("/api/runs/{run_id}/pause", path)
+            : client.POST("/api/runs/{run_id}/resume", path),
+        ),
+      );
     } catch (e) {
       setError(errorMessage(e));
     } finally {

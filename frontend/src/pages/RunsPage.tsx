@@ -1,12 +1,11 @@
-import { useEffect, useState } from "react";
-import { api, errorMessage } from "../api";
-import type { PeerState, RunDetail } from "../feed-types";
-import type { User } from "../types";
+import { call, client } from "../api";
+import type { PeerOut, RunDetail, UserOut } from "../generated/api";
 import { formatCount, formatNumber, formatTime } from "../format";
 import { StatusBadge } from "../components/StatusBadge";
+import { useLoad } from "../hooks/useLoad";
 
 // Peer states worth a word in the list; the rest (left, kicked, banned) are departed peers.
-const SHOWN_STATES: PeerState[] = ["active", "joining", "lost"];
+const SHOWN_STATES: PeerOut["state"][] = ["active", "joining", "lost"];
 
 function PeerSummary({ counts }: { counts: RunDetail["peer_counts"] }) {
   const parts = SHOWN_STATES.filter((s) => (counts[s] ?? 0) > 0 && s !== "active").map(
@@ -20,16 +19,8 @@ function PeerSummary({ counts }: { counts: RunDetail["peer_counts"] }) {
   );
 }
 
-export function RunsPage({ user }: { user: User }) {
-  const [runs, setRuns] = useState<RunDetail[] | null>(null);
-  const [error, setError] = useState("");
-
-  useEffect(() => {
-    api
-      .get<RunDetail[]>("/api/runs")
-      .then(setRuns)
-      .catch((e) => setError(errorMessage(e)));
-  }, []);
+export function RunsPage({ user }: { user: UserOut }) {
+  const { data: runs, error } = useLoad(() => call(client.GET("/api/runs")), []);
 
   return (
     <section>

@@ -1,0 +1,145 @@
+"""The typed header of each data-plane frame kind: one definition for the sender and the receiver.
+
+Every header carries the envelope (run, sender, its ticket, receiver and counter, the tensor list);
+each kind adds its own fields and nothing else. A header is parsed strictly: an unknown kind, a
+field of another kind, a missing field, a value of the wrong JSON type or out of its bounds is refused, so the
+receiver never meets a value it has to second-guess.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from swarmhub.wire import Ticket
+
+DTypeName = Literal["float32", "float16", "bfloat16", "int64"]
+
+# Bounds that no honest frame comes near; they keep a hostile header from carrying huge values.
+MAX_ID = 2**53
+"""Ids, steps and counts: any integer JSON carries exactly."""
+MAX_NAME_CHARS = 256
+MAX_TENSOR_RANK = 8
+MAX_SAMPLES = 1 << 20
+MAX_TIMEOUT_S = 24 * 3600.0
+MAX_ERROR_CHARS = 4000
+
+Id = Annotated[int, Field(ge=0, le=MAX_ID)]
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+
+
+class _Model(BaseModel):
+    # strict: "5" is not an int and 1.0 is not a step; NaN as a JSON constant: a diverged loss must
+    # still reach the trainer, which reports it.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, ser_json_inf_nan="constants")
+
+
+class TensorMeta(_Model):
+    name: Name
+    shape: list[int] = Field(max_length=MAX_TENSOR_RANK)
+    dtype: DTypeName
+    codec: Annotated[str, Field(max_length=32)]
+    nbytes: int = Field(ge=0)
+
+
+class _Envelope(_Model):
+    run_id: Id
+    sender: Id
+    """Peer id of the sender; a call's ticket must name it (`peer/frame_auth.py`)."""
+    ticket: Ticket | None = None
+    """The coordinator's ticket for the sender's frame-signing key; replies leave it out."""
+    receiver: Id = 0
+    """The peer a call is addressed to: a frame sent to one peer is refused by any other."""
+    counter: Id = 0
+    """Numbers the sender's calls to `receiver`; a number seen before is a replay."""
+    tensors: list[TensorMeta] = []
+    """Filled by `encode_frame` from the tensors it sends, in payload order."""
+
+    @property
+    def payload_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+
+class _StageCall(_Envelope):
+    """A pipeline call on one microbatch: the stage's input (and target or output gradient) in."""
+
+    stage: Id
+    step: Id
+    microbatch_id: Name
+    samples: int = Field(ge=1, le=MAX_SAMPLES)
+    timeout_s: float = Field(ge=0.0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+    """How long the caller waits; a call that finished too late for it is not accumulated."""
+
+
+class ForwardCall(_StageCall):
+    kind: Literal["forward"] = "forward"
+
+
+class BackwardCall(_StageCall):
+    kind: Literal["backward"] = "backward"
+
+
+class ForwardBackwardCall(_StageCall):
+    """The last stage's call: forward, loss against the targets, backward, in one."""
+
+    kind: Literal["forward_backward"] = "forward_backward"
+
+
+class PushGrads(_Envelope):
+    """A member's accumulated gradient sum for a step's averaging attempt."""
+
+    kind: Literal["push_grads"] = "push_grads"
+    stage: Id
+    step: Id
+    attempt: Id
+    counted: list[Name]
+    """The microbatch ids in the sum."""
+
+
+class FetchState(_Envelope):
+    """Ask a peer of `stage` for its parameters and optimizer state (a stage copy)."""
+
+    kind: Literal["fetch_state"] = "fetch_state"
+    stage: Id
+    step: Id
+
+
+class ForwardReply(_Envelope):
+    kind: Literal["forward_reply"] = "forward_reply"
+
+
+class BackwardReply(_Envelope):
+    kind: Literal["backward_reply"] = "backward_reply"
+
+
+class LossReply(_Envelope):
+    """The reply to a forward_backward call."""
+
+    kind: Literal["forward_backward_reply"] = "forward_backward_reply"
+    loss: float
+
+
+class GradsAck(_Envelope):
+    kind: Literal["push_grads_reply"] = "push_grads_reply"
+
+
+class StateReply(_Envelope):
+    kind: Literal["fetch_state_reply"] = "fetch_state_reply"
+    step: Id
+    """The step the sent state is at."""
+
+
+class ErrorReply(_Envelope):
+    """The answer to any frame that was refused or failed; `error` says why."""
+
+    kind: Literal["error"] = "error"
+    error: Annotated[str, Field(max_length=MAX_ERROR_CHARS)]
+
+
+StageCall = ForwardCall | BackwardCall | ForwardBackwardCall
+Call = StageCall | PushGrads | FetchState
+Reply = ForwardReply | BackwardReply | LossReply | GradsAck | StateReply | ErrorReply
+FrameHeader = Call | Reply
+
+HEADERS: TypeAdapter[FrameHeader] = TypeAdapter(Annotated[FrameHeader, Field(discriminator="kind")])

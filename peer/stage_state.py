@@ -1,0 +1,151 @@
+"""A stage's state moving in and out of this peer: loaded on assignment, uploaded as a checkpoint.
+
+On a `StageAssignment` the state comes from the first offered live peer of the stage that answers,
+else from the stage checkpoint named, else from the seeded initialization (which every peer of the
+stage builds identically). The peer then reports `StageReady` with where the state came from.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+import httpx
+
+from swarmhub.presets import get_preset
+from swarmhub.wire import CheckpointRequest, PeerUnreachable, StageAssignment, StageLoadFailed, StageReady
+
+from .averaging import Averager
+from .checkpoint_client import CheckpointError, download_stage_checkpoint, upload_stage_checkpoint
+from .frame_auth import AuthError
+from .frame_headers import ErrorReply, FetchState, StateReply
+from .frames import FrameError, assemble_call, encode_payload, open_reply
+from .joined import JoinedPeer
+from .model import build_stage
+from .stage_worker import StageWorker
+from .transport import TransportError, UnlistedAddress, transfer_timeout_s
+
+log = logging.getLogger(__name__)
+
+Origin = Literal["kept", "copied", "checkpoint", "initialized"]
+
+
+class StageLoadError(Exception):
+    """No source the coordinator offered gave the stage's state."""
+
+
+async def load_stage(peer: JoinedPeer, assignment: StageAssignment, averager: Averager) -> None:
+    """Serve the assigned stage at the assigned step, then tell the coordinator it is ready."""
+    run = peer.run
+    worker = peer.server.worker
+    origin: Origin = "kept"
+    if (
+        assignment.apply is not None
+        and worker is not None
+        and worker.stage == assignment.stage
+        and worker.step == assignment.step - 1
+    ):
+        # The coordinator recorded the step but went down before this peer applied it: apply it now
+        # if the averaged gradient is still here, rather than copy what others hold.
+        await averager.apply(assignment.apply)
+    if not (worker is not None and worker.stage == assignment.stage and worker.step == assignment.step):
+        module = build_stage(get_preset(run.model_preset), assignment.stage, run.num_stages, run.seed)
+        worker = StageWorker(module, run, assignment.step, peer.device)
+        origin = "initialized"
+        try:
+            if assignment.state_sources:
+                await _copy_state(peer, worker, assignment)
+                origin = "copied"
+            elif assignment.checkpoint_step is not None:
+                await _restore_checkpoint(peer, worker, assignment, assignment.checkpoint_step)
+                origin = "checkpoint"
+        except StageLoadError as exc:
+            # Never start the stage afresh while others hold its state: the coordinator assigns it again.
+            peer.say(f"could not load stage {assignment.stage}: {exc}")
+            await peer.control.send(
+                StageLoadFailed(stage=assignment.stage, step=assignment.step, reason=str(exc)[:500])
+            )
+            return
+        peer.server.worker = worker
+        # Rates measured on another stage say nothing about this one.
+        peer.server.seconds_per_sample.clear()
+    peer.say(f"serving stage {assignment.stage} from step {worker.step} ({assignment.reason})")
+    await peer.control.send(StageReady(stage=assignment.stage, step=worker.step, origin=origin))
+
+
+async def _copy_state(peer: JoinedPeer, worker: StageWorker, assignment: StageAssignment) -> None:
+    """Copy the stage's parameters and optimizer state from the first offered peer that answers."""
+    request = FetchState(
+        run_id=peer.run.run_id, sender=peer.peer_id, stage=assignment.stage, step=assignment.step
+    )
+    timeout = transfer_timeout_s(peer.frame_limits.state)
+    problems = []
+    for source in assignment.state_sources:
+        try:
+            frame, sent = assemble_call(request, encode_payload(None), peer.signer, source.peer_id)
+            reply = await peer.pool.request(source.address, frame, timeout)
+        except TransportError as exc:
+            if not isinstance(exc, UnlistedAddress):
+                await peer.control.send(PeerUnreachable(peer_id=source.peer_id, reason=str(exc)[:500]))
+            problems.append(f"peer {source.peer_id}: {exc}")
+            continue
+        try:
+            # Only the offered peer's signed answer to this request: a forged state would poison the stage.
+            header, tensors = open_reply(
+                reply, max_bytes=peer.frame_limits.for_kind, verifier=peer.server.verifier, call=sent
+            )
+        except (FrameError, AuthError) as exc:
+            problems.append(f"peer {source.peer_id}: {exc}")
+            continue
+        if isinstance(header, StateReply):
+            step = header.step
+            break
+        refusal = header.error if isinstance(header, ErrorReply) else f"unexpected {header.kind} reply"
+        problems.append(f"peer {source.peer_id}: {refusal}")
+    else:
+        raise StageLoadError(f"no offered peer gave its state: {'; '.join(problems)}")
+    await peer.server.compute(lambda: worker.import_state(tensors, step))
+
+
+async def _restore_checkpoint(
+    peer: JoinedPeer, worker: StageWorker, assignment: StageAssignment, checkpoint_step: int
+) -> None:
+    """Load the stage checkpoint into `worker`, or raise StageLoadError."""
+    try:
+        state, _ = await download_stage_checkpoint(
+            peer.http,
+            peer.coordinator_url,
+            peer.run.run_id,
+            checkpoint_step,
+            assignment.stage,
+            peer.peer_id,
+            peer.registered.credential,
+        )
+    except (CheckpointError, httpx.HTTPError) as exc:
+        raise StageLoadError(f"the step {checkpoint_step} checkpoint could not be loaded: {exc}") from exc
+    # The checkpoint's parameters, serving the step the run is on now.
+    await peer.server.compute(lambda: worker.import_state(state, assignment.step))
+
+
+async def upload_checkpoint(peer: JoinedPeer, request: CheckpointRequest) -> None:
+    """Upload the stage's state, if this peer still serves that stage at that step."""
+    worker = peer.server.worker
+    if worker is None or worker.stage != request.stage or worker.step != request.step:
+        log.warning(
+            "checkpoint of stage %d step %d asked, but this peer is elsewhere", request.stage, request.step
+        )
+        return
+    state = await peer.server.compute(worker.export_state)
+    run = peer.run
+    await upload_stage_checkpoint(
+        peer.http,
+        peer.coordinator_url,
+        run.run_id,
+        request.step,
+        request.stage,
+        peer.peer_id,
+        peer.registered.credential,
+        state,
+        {"model_preset": run.model_preset, "num_stages": str(run.num_stages)},
+    )
+    peer.say(f"uploaded checkpoint of stage {request.stage} at step {request.step}")

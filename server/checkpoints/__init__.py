@@ -1,0 +1,1 @@
+"""Stage checkpoints in one place: the directory store, the bookkeeping service, the HTTP routes."""

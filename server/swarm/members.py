@@ -1,0 +1,84 @@
+"""One connected peer as the run's state machine sees it."""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from swarmhub.wire import PeerEndpoint
+
+OBSERVATIONS_KEPT = 64
+MIN_OBSERVATIONS = 4
+CLAIM_SLACK = 2.0
+"""A claim may exceed the trainers' median timing by this factor (their timings include the
+network and queueing); a claim far above what the peer serves is capped to it."""
+
+
+@dataclass(kw_only=True)
+class Member:
+    peer_id: int
+    name: str
+    address: str
+    stage: int | None = None
+    ready: bool = False
+    """Holds its stage's state as of the current step and may be routed to."""
+    waiting_reason: str | None = None
+    """Its (re)assignment waits for the step boundary: assigned during averaging it would copy state
+    that is about to change."""
+    throughput: float = 0.0
+    queue_length: int = 0
+    samples_done: int = 0
+    links: dict[int, float] = field(default_factory=dict)
+    """Its last heartbeat's measured link rates: peer id -> bytes per second."""
+    last_seen: float = 0.0
+    assigned_at: float = 0.0
+    moved_at: float = -1e9
+    fingerprint: str = ""
+    """SHA-256 of its data-plane certificate, which callers pin (empty: plain ws)."""
+    reachable: bool = True
+    """The coordinator reached its data plane when it joined. A peer that cannot be reached is a
+    trainer only: it never serves a stage."""
+    last_granted: float = -1e9
+    """When it was last granted a microbatch: only an active trainer has reason to call stage peers."""
+    offered_sources: frozenset[int] = frozenset()
+    """Peers it was told to copy its stage from, the last time it was assigned one."""
+    observed: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=OBSERVATIONS_KEPT))
+    """(trainer, samples per second) of its recent calls as trainers timed them."""
+    strikes: int = 0
+    """Reports the coordinator could not accept (another's microbatch, reports it had no reason to make)."""
+    load_failed_at: float | None = None
+    """When it last reported that it could not load its stage from any source offered."""
+
+    def observe(self, trainer: int, samples_per_s: float) -> None:
+        self.observed.append((trainer, samples_per_s))
+
+    @property
+    def effective_throughput(self) -> float:
+        """What routing, state sources, checkpoint uploads and rebalancing go by: its own claim,
+        capped by what trainers saw it serve once several have timed it. The median of their
+        timings resists a lying trainer; the slack covers the network and queueing in a timing."""
+        trainers = {trainer for trainer, _ in self.observed}
+        if len(self.observed) < MIN_OBSERVATIONS or len(trainers) < 2:
+            return self.throughput
+        return min(self.throughput, CLAIM_SLACK * statistics.median(rate for _, rate in self.observed))
+
+    def endpoint(self) -> PeerEndpoint:
+        return PeerEndpoint(
+            peer_id=self.peer_id,
+            address=self.address,
+            stage=self.stage,
+            throughput=self.effective_throughput,
+            queue_length=self.queue_length,
+            fingerprint=self.fingerprint,
+        )
+
+    @property
+    def loading(self) -> bool:
+        """Assigned a stage and copying its state (not waiting for the boundary)."""
+        return (
+            self.stage is not None
+            and not self.ready
+            and self.waiting_reason is None
+            and self.load_failed_at is None
+        )

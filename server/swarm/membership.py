@@ -1,0 +1,350 @@
+"""Who serves what: joins and reachability, stage assignments, departures, blame, rebalancing.
+
+The middle layer of a run's state machine (`StepCycle` <- `Membership` <- `RunMachine`). Peers
+that join or fall behind while a step is averaging wait for the step boundary before they are
+(re)assigned, so a peer is assigned once per real change of the swarm, never in a loop. A peer
+the coordinator cannot reach trains only, and a stage is loaded from a live peer or a checkpoint
+whenever one exists: a failed load is retried, never replaced by a fresh initialization.
+"""
+
+from __future__ import annotations
+
+from server.policies.rebalance import PeerLoad, choose_move, inbound_link_rates, stage_bytes_per_sample
+from server.policies.stage_choice import choose_stage
+from server.policies.step_book import StepBook
+from server.swarm import decisions as do
+from server.swarm import inputs as on
+from server.swarm.blame import REPORT_WINDOW_S, Blame, Verdict
+from server.swarm.members import Member
+from server.swarm.step_cycle import MachineSettings, Phase, StepCycle
+from swarmhub.presets import get_preset
+from swarmhub.status import PeerState, RunStatus
+from swarmhub.wire import (
+    ApplyStep,
+    PeerUnreachable,
+    Reachability,
+    RunSpec,
+    RunStatusChanged,
+    StageReady,
+    Welcome,
+)
+
+UNREACHABLE_CLOSE_CODE = 4000
+FAULTY_CLOSE_CODE = 4001
+STRIKE_LIMIT = 25
+"""Reports the coordinator cannot accept before their sender is removed: a few happen to honest peers
+(a report racing a reassignment), a stream of them is a peer trying its luck."""
+REBALANCE_PEER_COOLDOWN_S = 30.0
+"""A peer that moved stays put this long: its first rates on a new stage are noisy, and moving it
+back on them made peers bounce between stages under churn."""
+REBALANCE_MIN_INTERVAL_S = 6.0
+"""After a move, wait until the moved peer's rate on its new stage has been measured (a few
+heartbeats) before the next decision; an empty stage does not wait."""
+STATE_SOURCES = 3
+"""Peers offered to copy a stage's state from, tried in turn (the first may be slow or gone)."""
+
+
+class Membership(StepCycle):
+    def __init__(
+        self,
+        *,
+        spec: RunSpec,
+        status: RunStatus,
+        data_key: str,
+        book: StepBook,
+        rebalance: bool,
+        settings: MachineSettings,
+        last_apply: dict[int, ApplyStep],
+        now: float,
+    ) -> None:
+        super().__init__(
+            spec=spec, status=status, book=book, settings=settings, last_apply=last_apply, now=now
+        )
+        self.data_key = data_key
+        self.rebalance = rebalance
+        self.last_move = -1e9
+        self.blame = Blame()
+
+    def _join(self, event: on.PeerJoined) -> None:
+        old = self.members.get(event.peer_id)
+        if old is not None:
+            # A second channel of a connected peer (the shell closed the first): a rejoin.
+            self._forget(old, event.now)
+        member = Member(
+            peer_id=event.peer_id,
+            name=event.name,
+            address=event.address,
+            throughput=event.throughput,
+            last_seen=event.now,
+            fingerprint=event.fingerprint,
+        )
+        self.members[member.peer_id] = member
+        self._send(
+            member,
+            Welcome(peer_id=member.peer_id, run=self.spec, step=self.book.step, data_key=self.data_key),
+        )
+        self._send(member, RunStatusChanged(status=self.status))
+        if not self._reachability(member, event.probe_problem):
+            return
+        if event.stage is not None:
+            self._assign(member, event.stage, "rejoined its stage", event.now)
+            return
+        placed = [m for m in self.members.values() if m.stage is not None]
+        stages = range(self.spec.num_stages)
+        stage = choose_stage(
+            [sum(m.effective_throughput for m in placed if m.stage == s) for s in stages],
+            [sum(1 for m in placed if m.stage == s) for s in stages],
+            event.requested_stage,
+        )
+        self._assign(member, stage, "joined", event.now)
+
+    def _reachability(self, member: Member, problem: str | None) -> bool:
+        """Tell the peer what the probe of its data plane found; True if it may serve a stage."""
+        port = member.address.rsplit(":", 1)[-1]
+        if problem is None:
+            detail = f"your data plane at {member.address} is reachable from the coordinator"
+        else:
+            detail = (
+                f"your port {port} is not reachable from the coordinator at {member.address} ({problem}): "
+                "open it (or forward it and pass --announce host:port) to serve a stage; "
+                "until then this peer trains only"
+            )
+        member.reachable = problem is None
+        self._send(member, Reachability(reachable=member.reachable, address=member.address, detail=detail))
+        self._out.append(
+            do.RecordReachability(peer_id=member.peer_id, reachable=member.reachable, detail=detail)
+        )
+        return member.reachable
+
+    def _assign(self, member: Member, stage: int, reason: str, now: float) -> None:
+        """Give `member` a stage; it becomes routable once it reports StageReady for the current step."""
+        member.stage = stage
+        member.ready = False
+        member.load_failed_at = None
+        member.offered_sources = frozenset()
+        if self.phase != Phase.COLLECTING:
+            member.waiting_reason = reason
+            return
+        member.waiting_reason = None
+        member.assigned_at = now
+        step = self.book.step
+        ranked = sorted(self.ready(stage), key=lambda m: -m.effective_throughput)
+        sources = ranked[:STATE_SOURCES] if step > 0 else []
+        member.offered_sources = frozenset(m.peer_id for m in sources)
+        apply = self.last_apply.get(stage)
+        self._out.append(
+            do.AssignStage(
+                peer_id=member.peer_id,
+                stage=stage,
+                step=step,
+                reason=reason,
+                state_sources=tuple(m.endpoint() for m in sources),
+                apply=apply if apply is not None and apply.step == step - 1 else None,
+            )
+        )
+
+    def _forget(self, member: Member, now: float) -> None:
+        """Route around a departed peer at once: its work failed, its averaging share is gone."""
+        del self.members[member.peer_id]
+        self.blame.forget(member.peer_id)
+        self.book.fail_trainer(member.peer_id)
+        if self.phase == Phase.AVERAGING:
+            for stage, round_ in list(self.rounds.items()):
+                if member.peer_id in round_.group:
+                    self._restart_round(stage, frozenset({member.peer_id}), now)
+            self._maybe_record(now)
+        elif self.phase == Phase.APPLYING:
+            self.pending_apply.discard(member.peer_id)
+            self._maybe_open_next(now)
+        elif self.phase == Phase.COLLECTING:
+            self._maybe_barrier(now)
+            self._maybe_rebalance(now)
+        self._send_view(now)
+
+    def _depart(self, member: Member, state: str, reason: str) -> None:
+        self._out.append(
+            do.RecordDeparture(peer_id=member.peer_id, state=state, reason=reason, stage=member.stage)
+        )
+
+    def _stage_ready(self, member: Member, message: StageReady, now: float) -> None:
+        if message.stage != member.stage or member.waiting_reason is not None:
+            return  # the answer to an assignment that a newer one replaced
+        step = self.book.step
+        if self.phase != Phase.COLLECTING:
+            # Whatever it loaded predates the update being applied now: copy again at the boundary.
+            member.waiting_reason = "state was behind; copying again"
+            return
+        if message.step != step:
+            behind = message.step < step
+            self._assign(
+                member, message.stage, f"state was {'behind' if behind else 'ahead'}; copying again", now
+            )
+            return
+        member.ready = True
+        if message.origin == "checkpoint":
+            self._event(
+                "stage_restored",
+                f"{member.name} restored stage {message.stage} from the latest checkpoint",
+                member,
+                stage=message.stage,
+                step=step,
+            )
+        elif message.origin == "initialized" and step > 0:
+            self._event(
+                "stage_reinitialized",
+                f"stage {message.stage} had no live peer or checkpoint to copy from at step {step}; "
+                f"{member.name} starts it from a fresh initialization",
+                member,
+                stage=message.stage,
+                step=step,
+            )
+        self._send_view(now)
+        self._maybe_barrier(now)
+        self._maybe_rebalance(now)
+
+    def _had_reason_to_call(self, reporter: Member, target: Member, now: float) -> bool:
+        """A report counts only from a peer that had reason to call the target: a trainer granted work
+        lately while the target served a stage, a member of the target's averaging group, or a joiner
+        the target was offered to as a state source."""
+        if target.stage is not None and now - reporter.last_granted <= REPORT_WINDOW_S:
+            return True
+        round_ = self.rounds.get(target.stage) if target.stage is not None else None
+        if (
+            self.phase == Phase.AVERAGING
+            and round_ is not None
+            and {reporter.peer_id, target.peer_id} <= round_.group
+        ):
+            return True
+        return target.peer_id in reporter.offered_sources
+
+    def _strike(self, member: Member, why: str, now: float) -> None:
+        """Count a report the coordinator could not accept against its sender; too many remove it."""
+        member.strikes += 1
+        if member.strikes == 1:
+            self._event("peer_misbehaving", f"{member.name}: {why}", member, strikes=1)
+        if member.strikes >= STRIKE_LIMIT:
+            self._remove_faulty(
+                member, f"sent {member.strikes} reports the coordinator could not accept ({why})", now
+            )
+
+    def _unreachable(self, reporter: Member, message: PeerUnreachable, now: float) -> None:
+        target = self.members.get(message.peer_id)
+        if target is None or target is reporter:
+            return
+        if not self._had_reason_to_call(reporter, target, now):
+            self._strike(
+                reporter, f"reported peer {target.peer_id} unreachable without reason to call it", now
+            )
+            return
+        verdict = self.blame.report(
+            target=target.peer_id,
+            reporter=reporter.peer_id,
+            reporter_reachable=reporter.reachable,
+            others=len(self.members) - 1,
+            now=now,
+        )
+        if verdict == Verdict.PROBE:
+            self._out.append(do.ProbePeer(peer_id=target.peer_id, address=target.address))
+        elif verdict == Verdict.EVICT:
+            reporters = len(self.blame.reports.get(target.peer_id, {}))
+            self._evict_unreachable(target, f"{reporters} peers could not reach it: {message.reason}", now)
+
+    def _probed(self, result: on.ProbeResult) -> None:
+        target = self.members.get(result.peer_id)
+        if target is None:
+            return
+        if result.problem is None:
+            self.blame.cleared(target.peer_id)
+        else:
+            self._evict_unreachable(
+                target, f"reported, and the coordinator could not reach it: {result.problem}", result.now
+            )
+
+    def _evict_unreachable(self, target: Member, reason: str, now: float) -> None:
+        """Close its channel: it reconnects, and the probe at its rejoin decides whether it serves a stage."""
+        self._out.append(
+            do.Close(
+                peer_id=target.peer_id,
+                code=UNREACHABLE_CLOSE_CODE,
+                reason="other peers cannot reach your data plane",
+            )
+        )
+        self._forget(target, now)
+        self._depart(target, PeerState.LOST, reason)
+
+    def _remove_faulty(self, target: Member, reason: str, now: float) -> None:
+        """A peer whose reports contradict what its stage agrees on is removed for good (kicked: its
+        credential no longer opens a channel); a retried round goes on without its share."""
+        self._out.append(
+            do.Close(peer_id=target.peer_id, code=FAULTY_CLOSE_CODE, reason=f"removed: {reason}")
+        )
+        self._forget(target, now)
+        self._depart(target, PeerState.KICKED, f"faulty: {reason}")
+
+    def _check_norms(self, stage: int, now: float) -> None:
+        """Once a round is complete, members whose gradient norm disagrees with the agreed one are faulty."""
+        round_ = self.rounds[stage]
+        if not round_.complete():
+            return
+        for peer_id in sorted(round_.disagreeing()):
+            member = self.members.get(peer_id)
+            if member is not None:
+                reported = round_.norms_sq[peer_id]
+                self._remove_faulty(
+                    member,
+                    f"reported a gradient norm of {reported:.6g} where stage {stage} agrees on "
+                    f"{round_.grad_sum_norm_sq():.6g}",
+                    now,
+                )
+
+    def _maybe_rebalance(self, now: float) -> None:
+        """Move one peer toward the bottleneck stage if the policy finds a move worth making.
+
+        Only while microbatches are collected (a moved peer must not be in an averaging group), and
+        not while a peer is loading a stage (a move in progress).
+        """
+        if not self.rebalance or self.status != RunStatus.ACTIVE or self.phase != Phase.COLLECTING:
+            return
+        if any(m.loading for m in self.members.values()):
+            return
+        ready = self.ready()
+        stage_empty = any(not self.ready(s) for s in range(self.spec.num_stages))
+        if not stage_empty and now - self.last_move < REBALANCE_MIN_INTERVAL_S:
+            return
+        links = inbound_link_rates({m.peer_id: m.links for m in self.members.values()})
+        spec = self.spec
+        move = choose_move(
+            [
+                PeerLoad(
+                    peer_id=m.peer_id,
+                    stage=m.stage,
+                    throughput=m.effective_throughput,
+                    queue_length=m.queue_length,
+                    link_rate=links.get(m.peer_id),
+                )
+                for m in ready
+                if m.stage is not None
+            ],
+            spec.num_stages,
+            pinned=frozenset(m.peer_id for m in ready if now - m.moved_at < REBALANCE_PEER_COOLDOWN_S),
+            bytes_per_sample=stage_bytes_per_sample(
+                spec.num_stages, spec.seq_len, get_preset(spec.model_preset).d_model, spec.compression
+            ),
+        )
+        if move is None:
+            return
+        self.last_move = now
+        member = self.members[move.peer_id]
+        member.moved_at = now
+        self._event(
+            "rebalance",
+            f"{member.name}: stage {move.from_stage} -> {move.to_stage}; {move.reason}",
+            member,
+            from_stage=move.from_stage,
+            to_stage=move.to_stage,
+            rate_before=move.rate_before,
+            rate_after_estimated=move.rate_after,
+            step=self.book.step,
+        )
+        self._assign(member, move.to_stage, "rebalanced", now)
+        self._send_view(now)

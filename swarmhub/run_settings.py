@@ -1,0 +1,97 @@
+"""A run's settings, defined once: what its owner chooses when creating it.
+
+The wire's `RunSpec`, the API's `RunCreate` and `RunOut` and the coordinator's `runs` table all
+build on `RunSettings`; the dashboard's form and types are generated from the OpenAPI document
+these fields produce, so each field's default, bounds and docstring here are what users see.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from swarmhub.datasets import BUNDLED_DATASET, DATASET_ID_PATTERN
+from swarmhub.presets import PRESETS
+from swarmhub.resources import MAX_ACTIVATION_ELEMENTS, activation_elements
+
+OptimizerName = Literal["adamw", "sgd"]
+CompressionName = Literal["none", "float16", "int8"]
+
+
+class RunSettings(BaseModel):
+    """Every setting a run's owner chooses; fixed for the run's lifetime."""
+
+    # Docstrings become the fields' descriptions in OpenAPI. In responses every setting is present,
+    # so generated clients type them as required there (defaults apply only to requests).
+    model_config = ConfigDict(use_attribute_docstrings=True, json_schema_serialization_defaults_required=True)
+
+    name: str = Field(min_length=1, max_length=200)
+    """Shown on the dashboard; need not be unique."""
+    model_preset: str = Field(default="tiny", min_length=1, max_length=32)
+    """One of the presets of `GET /api/presets` (swarmhub/presets.py)."""
+    dataset: str = Field(default=BUNDLED_DATASET, min_length=1, max_length=1000)
+    """A dataset the coordinator holds: 'python-stdlib' (the bundled corpus) or the id of an uploaded
+    one (`GET /api/datasets`). Peers download it from the coordinator; they never read a path."""
+    num_stages: int = Field(default=2, ge=1, le=64)
+    """Pipeline stages the model's blocks are split into; at most the preset's number of blocks."""
+    target_batch_size: int = Field(default=32, ge=1, le=1_000_000)
+    """Samples per global step, summed over the whole swarm; a multiple of microbatch_size."""
+    microbatch_size: int = Field(default=8, ge=1, le=65_536)
+    """Samples a trainer drives through the pipeline at once."""
+    seq_len: int = Field(default=64, ge=8)
+    """Tokens (bytes) per sample; at most the preset's max_seq_len."""
+    optimizer: OptimizerName = "adamw"
+    """AdamW, or SGD with momentum; each stage's peers keep its optimizer state."""
+    learning_rate: float = Field(default=3e-3, gt=0, le=10, allow_inf_nan=False)
+    """Peak rate, reached after warm-up; cosine decay follows when max_steps is set."""
+    warmup_steps: int = Field(default=10, ge=0, le=1_000_000)
+    """Steps of linear warm-up to the peak learning rate."""
+    weight_decay: float = Field(default=0.01, ge=0, le=10, allow_inf_nan=False)
+    """Decoupled weight decay (AdamW) or L2 penalty (SGD) coefficient."""
+    compression: CompressionName = "none"
+    """Codec for float tensors on the data plane (activations and gradients between peers)."""
+    max_steps: int | None = Field(default=None, ge=1, le=100_000_000)
+    """The run finishes after this many steps; None trains until it is archived."""
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    """Seeds the stages' initialization and the order of the data."""
+    rebalance: bool = True
+    """Move peers toward the bottleneck stage as measured throughputs change."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        preset = PRESETS.get(self.model_preset)
+        if preset is None:
+            raise ValueError(
+                f"unknown model_preset {self.model_preset!r}; choose one of {', '.join(PRESETS)}"
+            )
+        if self.num_stages > preset.n_layer:
+            raise ValueError(
+                f"num_stages must be at most {preset.n_layer}:"
+                f" preset {preset.name!r} has {preset.n_layer} blocks"
+            )
+        if self.seq_len > preset.max_seq_len:
+            raise ValueError(f"seq_len must be at most {preset.max_seq_len} for preset {preset.name!r}")
+        elements = activation_elements(preset, self.microbatch_size, self.seq_len)
+        if elements > MAX_ACTIVATION_ELEMENTS:
+            raise ValueError(
+                f"microbatch_size x seq_len x d_model is {self.microbatch_size} x {self.seq_len} x"
+                f" {preset.d_model} = {elements:,}, over the limit of {MAX_ACTIVATION_ELEMENTS:,}"
+                " (every peer would have to hold activations of that size): lower microbatch_size or seq_len"
+            )
+        if self.target_batch_size % self.microbatch_size:
+            raise ValueError("target_batch_size must be a multiple of microbatch_size")
+        return self
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_id(cls, dataset: str) -> str:
+        # Checked here rather than by a pattern so the refusal says why: a path would make every
+        # participant's peer read that file on its own machine.
+        if not re.fullmatch(DATASET_ID_PATTERN, dataset):
+            raise ValueError(
+                f"dataset must be {BUNDLED_DATASET!r} or the id of a dataset uploaded to the coordinator"
+                " (64 hex digits); paths on the participants' machines are not accepted"
+            )
+        return dataset
