@@ -3,7 +3,8 @@
 
 export interface EventStyle {
   icon: string;
-  tone: "move" | "ok" | "warn" | "bad" | "save" | "plain";
+  /** "fault": a peer caught computing wrong results, louder than "bad" (a peer merely gone). */
+  tone: "move" | "ok" | "warn" | "bad" | "fault" | "save" | "plain";
   label: string;
 }
 
@@ -16,6 +17,11 @@ export const EVENT_STYLES: Record<string, EventStyle> = {
   checkpoint_requested: { icon: "▢", tone: "plain", label: "checkpoint requested" },
   peer_lost: { icon: "✖", tone: "bad", label: "peer lost" },
   run_finished: { icon: "✔", tone: "ok", label: "run finished" },
+  spot_check_mismatch: { icon: "≠", tone: "warn", label: "spot check: two peers disagree, a third referees" },
+  peer_faulty: { icon: "⛔", tone: "fault", label: "peer banned for returning wrong results" },
+  spot_check_unfounded: { icon: "=", tone: "ok", label: "spot check: the referee found both results right" },
+  spot_check_unresolved: { icon: "?", tone: "warn", label: "spot check left unsettled" },
+  peer_banned: { icon: "⊘", tone: "bad", label: "peer banned" },
 };
 
 const PLAIN: Omit<EventStyle, "label"> = { icon: "•", tone: "plain" };

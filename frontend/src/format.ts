@@ -40,6 +40,22 @@ export function formatBytes(n: number | null | undefined): string {
   return unit === 0 ? `${value} B` : `${value.toFixed(value < 10 ? 2 : 1)} ${units[unit]}`;
 }
 
+/** A fraction as the percentage shown, without float noise (0.07 -> "7", not "7.000000000000001"). */
+export function percentOf(fraction: number): string {
+  return String(Number((fraction * 100).toPrecision(12)));
+}
+
+/** Seconds of work in human units: milliseconds below one second, then seconds, minutes, hours. */
+export function formatSeconds(s: number | null | undefined): string {
+  if (s === null || s === undefined || !Number.isFinite(s)) return "—";
+  if (s === 0) return "0 s";
+  if (Math.abs(s) < 1) return `${Number((s * 1000).toPrecision(3))} ms`;
+  if (Math.abs(s) < 60) return `${s.toFixed(1)} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${Math.floor(s % 60)} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
 export interface LinkRow {
   peerId: number;
   name: string;

@@ -2,6 +2,7 @@
 // mapped onto the same fields (see api.ts parseErrorBody). Defaults and bounds come from the
 // server's RunSettings (generated/run-settings.ts); only the checks that depend on the chosen
 // preset, and the batch sizes' relation, are written here.
+import { percentOf } from "./format";
 import type { PresetOut as Preset, RunCreate } from "./generated/api";
 import { RUN_SETTINGS, type RunSetting } from "./generated/run-settings";
 
@@ -15,13 +16,30 @@ export function runSetting(field: keyof RunCreate): RunSetting {
 
 const FIELDS = Object.keys(RUN_SETTINGS) as (keyof RunCreate)[];
 
+/** Settings that are fractions on the wire but percentages in the form. */
+export const PERCENT_FIELDS: ReadonlySet<keyof RunCreate> = new Set(["spot_check_fraction"]);
+
 // A setting without a default (the name; max_steps, whose default is None) starts empty.
 export const DEFAULT_FORM: RunForm = Object.fromEntries(
   FIELDS.map((field) => {
     const value = runSetting(field).default;
-    return [field, value === undefined ? "" : String(value)];
+    if (value === undefined) return [field, ""];
+    return [field, PERCENT_FIELDS.has(field) ? percentOf(Number(value)) : String(value)];
   }),
 ) as RunForm;
+
+/** A percentage setting's schema in percent: its fraction bounds times 100. */
+export function percentSetting(field: keyof RunCreate): RunSetting {
+  const setting = runSetting(field);
+  const scale = (n: number | undefined) => (n === undefined ? undefined : Number(percentOf(n)));
+  return {
+    ...setting,
+    minimum: scale(setting.minimum),
+    maximum: scale(setting.maximum),
+    exclusiveMinimum: scale(setting.exclusiveMinimum),
+    exclusiveMaximum: scale(setting.exclusiveMaximum),
+  };
+}
 
 function integer(value: string): number | null {
   const trimmed = value.trim();
@@ -101,6 +119,11 @@ export function validateRunForm(
   else if (wdSetting.minimum === 0 && wd < 0) fail("weight_decay", "Cannot be negative.");
   else fail("weight_decay", outOfBounds(wd, wdSetting));
 
+  const spotCheckPercent = decimal(form.spot_check_fraction);
+  if (spotCheckPercent === null) fail("spot_check_fraction", "Enter a percentage, e.g. 2 (0 turns checks off).");
+  else if (spotCheckPercent < 0) fail("spot_check_fraction", "Cannot be negative.");
+  else fail("spot_check_fraction", outOfBounds(spotCheckPercent, percentSetting("spot_check_fraction")));
+
   let maxSteps: number | null = null;
   if (form.max_steps.trim() !== "") maxSteps = int("max_steps");
 
@@ -126,6 +149,7 @@ export function validateRunForm(
       max_steps: maxSteps,
       seed,
       rebalance: form.rebalance === "true",
+      spot_check_fraction: (spotCheckPercent as number) / 100,
     },
   };
 }

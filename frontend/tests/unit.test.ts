@@ -2,13 +2,14 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { parseErrorBody } from "../src/api";
-import { formatBytes, linkRows } from "../src/format";
+import { CheckCosts, wholeSteps } from "../src/checks";
+import { formatBytes, formatSeconds, linkRows, percentOf } from "../src/format";
 import { EVENT_STYLES, eventStyle } from "../src/events";
 import { backoffDelay } from "../src/feed";
-import type { PresetOut } from "../src/generated/api";
+import type { MetricOut, PresetOut } from "../src/generated/api";
 import { RUN_SETTINGS } from "../src/generated/run-settings";
 import { BoundedSeries, StepRate, formatDuration } from "../src/series";
-import { DEFAULT_FORM, placeMessages, validateRunForm } from "../src/validation";
+import { DEFAULT_FORM, PERCENT_FIELDS, placeMessages, validateRunForm } from "../src/validation";
 
 test("BoundedSeries stays within its limits over a very long run", () => {
   const series = new BoundedSeries(100, 50);
@@ -131,10 +132,30 @@ test("run validation takes its bounds from RunSettings and the preset's from the
   assert.equal(check({ max_steps: "0" }).max_steps, `Must be at least ${RUN_SETTINGS.max_steps.minimum}.`);
   assert.equal(check({ name: "x".repeat(201) }).name, `At most ${RUN_SETTINGS.name.maxLength} characters.`);
   assert.equal(check({ optimizer: "lion" }).optimizer, "Choose an optimizer.");
+  assert.equal(check({ spot_check_fraction: "101" }).spot_check_fraction, "Must be at most 100.");
+  assert.equal(check({ spot_check_fraction: "-1" }).spot_check_fraction, "Cannot be negative.");
+  assert.ok(check({ spot_check_fraction: "two" }).spot_check_fraction?.startsWith("Enter a percentage"));
   for (const [field, setting] of Object.entries(RUN_SETTINGS)) {
-    const value = "default" in setting ? String(setting.default) : "";
-    assert.equal(DEFAULT_FORM[field as keyof typeof DEFAULT_FORM], value, field);
+    const key = field as keyof typeof DEFAULT_FORM;
+    const value = !("default" in setting)
+      ? ""
+      : PERCENT_FIELDS.has(key)
+        ? percentOf(Number(setting.default))
+        : String(setting.default);
+    assert.equal(DEFAULT_FORM[key], value, field);
   }
+});
+
+test("spot checks are a percentage in the form and a fraction in the request", () => {
+  const tiny: PresetOut = { name: "tiny", parameter_count: 1, d_model: 64, n_layer: 4, n_head: 4, max_seq_len: 256 };
+  assert.equal(DEFAULT_FORM.spot_check_fraction, "2", "the server's default of 0.02, as a percentage");
+  const body = (percent: string) =>
+    validateRunForm({ ...DEFAULT_FORM, name: "r", spot_check_fraction: percent }, tiny).body;
+  assert.equal(body("2")?.spot_check_fraction, RUN_SETTINGS.spot_check_fraction.default);
+  assert.equal(body("0")?.spot_check_fraction, 0);
+  assert.equal(body("100")?.spot_check_fraction, 1);
+  assert.equal(body(" 0.5 ")?.spot_check_fraction, 0.005);
+  assert.equal(percentOf(0.07), "7");
 });
 
 test("formatBytes uses binary units", () => {
@@ -155,6 +176,58 @@ test("swarm events each have their own icon and a non-plain tone", () => {
   }
   assert.equal(eventStyle("peer_joined").tone, "plain");
   assert.equal(eventStyle("peer_joined").label, "peer_joined");
+});
+
+test("formatSeconds writes human units", () => {
+  assert.equal(formatSeconds(0), "0 s");
+  assert.equal(formatSeconds(0.0123), "12.3 ms");
+  assert.equal(formatSeconds(2.345), "2.3 s");
+  assert.equal(formatSeconds(119.6), "1 min 59 s");
+  assert.equal(formatSeconds(7320), "2 h 2 min");
+  assert.equal(formatSeconds(null), "—");
+});
+
+test("spot-check events: a faulty peer stands out from a lost one and from a mere mismatch", () => {
+  const kinds = ["spot_check_mismatch", "peer_faulty", "spot_check_unfounded", "spot_check_unresolved", "peer_banned"];
+  for (const kind of kinds) assert.ok(kind in EVENT_STYLES, kind);
+  assert.equal(eventStyle("peer_faulty").tone, "fault");
+  assert.ok(eventStyle("peer_lost").tone !== "fault");
+  assert.equal(eventStyle("spot_check_mismatch").tone, "warn");
+  assert.equal(eventStyle("spot_check_unfounded").tone, "ok");
+});
+
+function metric(step: number, name: string, value: number): MetricOut {
+  return { step, name, value, created_at: "2025-01-01T00:00:00Z" };
+}
+
+test("spot-check costs add up whole steps once, against the pipeline's own traffic", () => {
+  const costs = new CheckCosts(10, 10);
+  const step = (n: number, bytes: number, seconds: number) => [
+    metric(n, "samples_per_s", 99),
+    metric(n, "wire_bytes", 1000),
+    metric(n, "spot_check_calls", 2),
+    metric(n, "spot_check_bytes", bytes),
+    metric(n, "spot_check_seconds", seconds),
+  ];
+  costs.add([...step(4, 20, 0.5), ...step(5, 30, 0.25)]);
+  costs.add(step(5, 30, 0.25)); // a replayed page
+  assert.deepEqual(costs.totals(), { firstStep: 4, lastStep: 5, calls: 4, bytes: 50, seconds: 0.75, wireBytes: 2000 });
+  assert.equal(costs.extraTraffic(), 0.025);
+  assert.deepEqual(costs.series.columns(2), [
+    [4, 5],
+    [20, 30],
+    [0.5, 0.25],
+  ]);
+  assert.equal(new CheckCosts().extraTraffic(), null, "no traffic yet: no share");
+});
+
+test("a full page of metrics leaves its last, possibly partial, step for the next read", () => {
+  const rows = [metric(1, "a", 0), metric(1, "b", 0), metric(2, "a", 0)];
+  assert.deepEqual(wholeSteps(rows, 3), { rows: rows.slice(0, 2), after: 1, more: true });
+  assert.deepEqual(wholeSteps(rows, 4), { rows, after: 2, more: false });
+  assert.deepEqual(wholeSteps([], 4), { rows: [], after: null, more: false });
+  const oneStep = [metric(7, "a", 0), metric(7, "b", 0)];
+  assert.deepEqual(wholeSteps(oneStep, 2), { rows: oneStep, after: 7, more: true });
 });
 
 test("link rates are listed fastest first, named where the peer is known", () => {

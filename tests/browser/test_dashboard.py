@@ -36,7 +36,7 @@ def test_sign_in_rejects_a_wrong_password_then_signs_in_and_out(page) -> None:
     page.get_by_role("button", name="Sign in").wait_for()  # the session is really gone
 
 
-def test_create_run_shows_client_and_server_validation_next_to_fields(page) -> None:
+def test_create_run_shows_client_and_server_validation_next_to_fields(page, owner_api) -> None:
     sign_in(page, *OWNER)
     page.goto("/#/runs/new")
     page.get_by_label("Name").fill("validated run")
@@ -49,11 +49,17 @@ def test_create_run_shows_client_and_server_validation_next_to_fields(page) -> N
     page.get_by_label("Target batch size").fill("8")
     page.get_by_label("Microbatch size").fill("16")
     page.get_by_label("Sequence length").fill("4096")
+    # Spot checks are a percentage in the form (the server's fraction 0.02 shows as 2).
+    spot_checks = page.get_by_label("Spot checks, % of stage calls")
+    assert spot_checks.input_value() == "2"
+    spot_checks.fill("150")
     page.get_by_role("button", name="Create run").click()
     micro_error = page.locator('.field-error[data-field="microbatch_size"]')
     micro_error.wait_for()
     assert "Cannot exceed the target batch size" in micro_error.inner_text()
     assert "at most 256" in page.locator('.field-error[data-field="seq_len"]').inner_text()
+    spot_error = page.locator('.field-error[data-field="spot_check_fraction"]')
+    assert spot_error.inner_text() == "Must be at most 100."
     assert page.get_by_label("Microbatch size").get_attribute("aria-invalid") == "true"
     screenshot(page, "create-run-client-validation")
 
@@ -61,6 +67,7 @@ def test_create_run_shows_client_and_server_validation_next_to_fields(page) -> N
     # 422 is placed next to the field it names.
     page.get_by_label("Microbatch size").fill("4")
     page.get_by_label("Sequence length").fill("32")
+    spot_checks.fill("5")
     page.get_by_label("Dataset").fill("relative/corpus.txt")
     with page.expect_response(lambda r: r.url.endswith("/api/runs") and r.request.method == "POST") as sent:
         page.get_by_role("button", name="Create run").click()
@@ -75,6 +82,10 @@ def test_create_run_shows_client_and_server_validation_next_to_fields(page) -> N
     page.wait_for_url(re.compile(r"#/runs/\d+$"))
     assert page.get_by_test_id("run-name").inner_text() == "validated run"
     assert "249.5k parameters" in page.locator(".run-page .page-head").inner_text()
+    assert page.get_by_test_id("spot-check-fraction").inner_text() == "spot checks 5%"
+    page.get_by_test_id("spot-checks").wait_for()
+    run_id = int(page.url.rsplit("/", 1)[1])
+    assert owner_api.get(f"/api/runs/{run_id}").json()["spot_check_fraction"] == 0.05
 
 
 def test_owners_see_their_own_runs_and_admins_see_all(page, owner_api, admin_api) -> None:

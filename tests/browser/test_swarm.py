@@ -111,6 +111,19 @@ def test_peers_join_and_the_loss_of_a_step_is_charted(page, coordinator, swarm: 
     assert page.get_by_test_id("eta").inner_text() not in ("", "done")
     assert chart.locator("canvas").count() >= 1
     assert int(page.get_by_test_id("rate-chart").get_attribute("data-points") or 0) >= 2
+    # Every committed step records what its spot checks cost (zero where none fell on it).
+    check_chart = page.get_by_test_id("spot-check-bytes-chart")
+    wait_until(
+        lambda: int(check_chart.get_attribute("data-points") or 0) >= 2,
+        PEER_START_S,
+        "the spot-check costs of two steps charted",
+        lambda: _diagnostics(coordinator, swarm),
+        swarm.peers.all_exited,
+    )
+    assert re.fullmatch(
+        r"[\d.]+ (B|KiB|MiB|GiB)( \+[\d.]+% of pipeline)?",
+        page.get_by_test_id("spot-check-bytes").inner_text(),
+    )
     screenshot(page, "run-page-training")
 
 

@@ -11,10 +11,12 @@ export interface ChartProps {
   color: string;
   testId?: string;
   height?: number;
+  /** How the axis and the legend write a value (e.g. bytes in KiB/MiB); plain numbers without it. */
+  format?: (value: number | null) => string;
 }
 
 /** A single-series line chart over steps (uPlot: small, fast, canvas-based). */
-export function Chart({ title, data, version, label, color, testId, height = 220 }: ChartProps) {
+export function Chart({ title, data, version, label, color, testId, height = 220, format }: ChartProps) {
   const container = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
 
@@ -25,8 +27,22 @@ export function Chart({ title, data, version, label, color, testId, height = 220
       width: Math.max(200, element.clientWidth),
       height,
       scales: { x: { time: false } },
-      axes: [{ label: "step" }, { label, size: 60 }],
-      series: [{ label: "step" }, { label, stroke: color, width: 2, spanGaps: true, points: { size: 4 } }],
+      axes: [
+        { label: "step" },
+        format ? { label, size: 80, values: (_u, splits) => splits.map(format) } : { label, size: 60 },
+      ],
+      series: [
+        { label: "step" },
+        {
+          label,
+          stroke: color,
+          width: 2,
+          spanGaps: true,
+          points: { size: 4 },
+          // uPlot passes null where the legend has no point under the cursor.
+          ...(format ? { value: (_u: uPlot, value: number | null) => format(value) } : {}),
+        },
+      ],
       legend: { show: true },
     };
     plot.current = new uPlot(options, data as uPlot.AlignedData, element);
@@ -41,7 +57,7 @@ export function Chart({ title, data, version, label, color, testId, height = 220
     };
     // Created once; data updates go through setData below.
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [label, color, height]);
+  }, [label, color, height, format]);
 
   useEffect(() => {
     plot.current?.setData(data as uPlot.AlignedData);

@@ -1106,6 +1106,13 @@ export interface components {
              * @default true
              */
             rebalance: boolean;
+            /**
+             * Spot Check Fraction
+             * @description Share of stage calls a trainer also sends to a second peer of the stage to compare results;
+             *     a mismatch is arbitrated by a third peer and the peer found wrong is banned (0 turns checks off).
+             * @default 0.02
+             */
+            spot_check_fraction: number;
         };
         /** RunDetail */
         RunDetail: {
@@ -1200,6 +1207,13 @@ export interface components {
              * @default true
              */
             rebalance: boolean;
+            /**
+             * Spot Check Fraction
+             * @description Share of stage calls a trainer also sends to a second peer of the stage to compare results;
+             *     a mismatch is arbitrated by a third peer and the peer found wrong is banned (0 turns checks off).
+             * @default 0.02
+             */
+            spot_check_fraction: number;
             /** Id */
             id: number;
             /** Owner Id */
@@ -1319,6 +1333,13 @@ export interface components {
              * @default true
              */
             rebalance: boolean;
+            /**
+             * Spot Check Fraction
+             * @description Share of stage calls a trainer also sends to a second peer of the stage to compare results;
+             *     a mismatch is arbitrated by a third peer and the peer found wrong is banned (0 turns checks off).
+             * @default 0.02
+             */
+            spot_check_fraction: number;
             /** Id */
             id: number;
             /** Owner Id */
@@ -1433,6 +1454,13 @@ export interface components {
              * @default true
              */
             rebalance: boolean;
+            /**
+             * Spot Check Fraction
+             * @description Share of stage calls a trainer also sends to a second peer of the stage to compare results;
+             *     a mismatch is arbitrated by a third peer and the peer found wrong is banned (0 turns checks off).
+             * @default 0.02
+             */
+            spot_check_fraction: number;
             /** Run Id */
             run_id: number;
         };

@@ -77,6 +77,11 @@ export interface RunDetail {
    * Move peers toward the bottleneck stage as measured throughputs change.
    */
   rebalance: boolean;
+  /**
+   * Share of stage calls a trainer also sends to a second peer of the stage to compare results;
+   * a mismatch is arbitrated by a third peer and the peer found wrong is banned (0 turns checks off).
+   */
+  spot_check_fraction: number;
   id: number;
   owner_id: number;
   status: RunStatus;
@@ -196,6 +201,11 @@ export interface RunOut {
    * Move peers toward the bottleneck stage as measured throughputs change.
    */
   rebalance: boolean;
+  /**
+   * Share of stage calls a trainer also sends to a second peer of the stage to compare results;
+   * a mismatch is arbitrated by a third peer and the peer found wrong is banned (0 turns checks off).
+   */
+  spot_check_fraction: number;
   id: number;
   owner_id: number;
   status: RunStatus;

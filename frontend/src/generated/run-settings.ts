@@ -124,5 +124,12 @@ export const RUN_SETTINGS = {
     "type": "boolean",
     "default": true,
     "description": "Move peers toward the bottleneck stage as measured throughputs change."
+  },
+  "spot_check_fraction": {
+    "type": "number",
+    "default": 0.02,
+    "minimum": 0,
+    "maximum": 1,
+    "description": "Share of stage calls a trainer also sends to a second peer of the stage to compare results; a mismatch is arbitrated by a third peer and the peer found wrong is banned (0 turns checks off)."
   }
 } as const satisfies Record<keyof RunCreate, RunSetting>;

@@ -7,6 +7,7 @@ import { useLoad } from "../hooks/useLoad";
 import { navigate } from "../router";
 import {
   DEFAULT_FORM,
+  percentSetting,
   placeMessages,
   runSetting,
   validateRunForm,
@@ -16,10 +17,11 @@ import {
 
 const FIELD_NAMES = Object.keys(DEFAULT_FORM);
 
-// Number inputs take their bounds from RunSettings, tightened where the chosen preset allows less
-// (the form is noValidate: they only steer the spinner; validateRunForm checks).
-function bounds(name: keyof RunCreate, presetMax?: number): Record<string, string> {
-  const { minimum, maximum } = runSetting(name);
+// Number inputs take their bounds from RunSettings (`setting`: the same in other units, such as a
+// percentage), tightened where the chosen preset allows less (the form is noValidate: they only
+// steer the spinner; validateRunForm checks).
+function bounds(name: keyof RunCreate, presetMax?: number, setting = runSetting(name)): Record<string, string> {
+  const { minimum, maximum } = setting;
   const max = Math.min(presetMax ?? Infinity, maximum ?? Infinity);
   const attributes: Record<string, string> = {};
   if (minimum !== undefined) attributes.min = String(minimum);
@@ -224,6 +226,17 @@ export function CreateRunPage() {
             <option value="true">on</option>
             <option value="false">off</option>
           </select>
+        </Field>
+        <Field
+          name="spot_check_fraction"
+          label="Spot checks, % of stage calls"
+          errors={errors}
+          hint="costs about that share of extra compute; catches peers returning wrong results (0: off)"
+        >
+          {input("spot_check_fraction", "number", {
+            ...bounds("spot_check_fraction", undefined, percentSetting("spot_check_fraction")),
+            step: "any",
+          })}
         </Field>
         <Field name="max_steps" label="Max steps" errors={errors} hint="empty: run until stopped">
           {input("max_steps", "number", bounds("max_steps"))}

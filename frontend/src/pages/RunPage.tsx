@@ -4,9 +4,10 @@ import { Chart } from "../components/Chart";
 import { CheckpointsPanel } from "../components/CheckpointsPanel";
 import { EventLog } from "../components/EventLog";
 import { JoinPanel } from "../components/JoinPanel";
+import { SpotCheckPanel } from "../components/SpotCheckPanel";
 import { StatusBadge } from "../components/StatusBadge";
 import { SwarmView } from "../components/SwarmView";
-import { formatCount, formatNumber } from "../format";
+import { formatCount, formatNumber, percentOf } from "../format";
 import { useRunFeed } from "../hooks/useRunFeed";
 import { formatDuration } from "../series";
 
@@ -84,7 +85,10 @@ export function RunPage({ runId }: { runId: number }) {
           <div className="muted">
             {run.model_preset} · {formatCount(run.parameter_count)} parameters · {run.num_stages} stage
             {run.num_stages === 1 ? "" : "s"} · batch {run.target_batch_size} (micro {run.microbatch_size}) · seq{" "}
-            {run.seq_len} · {run.optimizer} lr {run.learning_rate} · compression {run.compression}
+            {run.seq_len} · {run.optimizer} lr {run.learning_rate} · compression {run.compression} ·{" "}
+            <span data-testid="spot-check-fraction">
+              {run.spot_check_fraction > 0 ? `spot checks ${percentOf(run.spot_check_fraction)}%` : "spot checks off"}
+            </span>
           </div>
         </div>
         <div className="head-actions">
@@ -192,6 +196,14 @@ export function RunPage({ runId }: { runId: number }) {
             testId="rate-chart"
           />
         </div>
+      </div>
+
+      <div className="card">
+        <SpotCheckPanel
+          runId={runId}
+          fraction={run.spot_check_fraction}
+          latestStep={state.lastStep?.step ?? null}
+        />
       </div>
     </section>
   );

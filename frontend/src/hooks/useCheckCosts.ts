@@ -1,0 +1,72 @@
+// The run page's spot-check costs: per-step metrics are not in the feed, so they are read from
+// GET /api/runs/{id}/metrics each time the feed reports a new step, from where the last read
+// stopped. Opening the page reads only the most recent WINDOW steps, so a long run costs a few
+// requests, not its whole history.
+import { useEffect, useRef, useState } from "react";
+import { call, client } from "../api";
+import { CheckCosts, wholeSteps } from "../checks";
+
+const WINDOW = 1000;
+const PAGE = 1000;
+
+export function useCheckCosts(runId: number, latestStep: number | null): { costs: CheckCosts; version: number } {
+  const [costs, setCosts] = useState(() => new CheckCosts());
+  const [version, setVersion] = useState(0);
+  const refresh = useRef<(latest: number) => void>(() => undefined);
+
+  useEffect(() => {
+    const mine = new CheckCosts();
+    setCosts(mine);
+    let after: number | null = null;
+    let wanted = -1;
+    let loading = false;
+    let again = false;
+    let stopped = false;
+
+    // One read at a time; steps reported meanwhile are picked up by one more read when it ends.
+    const load = async () => {
+      if (loading) {
+        again = true;
+        return;
+      }
+      loading = true;
+      try {
+        do {
+          again = false;
+          for (;;) {
+            const from: number = after ?? Math.max(-1, wanted - WINDOW);
+            const rows = await call(
+              client.GET("/api/runs/{run_id}/metrics", {
+                params: { path: { run_id: runId }, query: { after_step: from, limit: PAGE } },
+              }),
+            );
+            if (stopped) return;
+            const page = wholeSteps(rows, PAGE);
+            mine.add(page.rows);
+            after = Math.max(from, page.after ?? from);
+            setVersion((v) => v + 1);
+            if (!page.more) break;
+          }
+        } while (again && !stopped);
+      } catch {
+        // What is charted stays; the next step's read tries again from the same place.
+      } finally {
+        loading = false;
+      }
+    };
+    refresh.current = (latest: number) => {
+      wanted = Math.max(wanted, latest);
+      void load();
+    };
+    return () => {
+      stopped = true;
+      refresh.current = () => undefined;
+    };
+  }, [runId]);
+
+  useEffect(() => {
+    if (latestStep !== null) refresh.current(latestStep);
+  }, [runId, latestStep]);
+
+  return { costs, version };
+}
