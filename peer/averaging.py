@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from swarmhub.wire import ApplyStep, AveragingDone, PeerUnreachable, StepApplied, StepBarrier
+from swarmhub.wire import (
+    ApplyStep,
+    AveragingDone,
+    ContributionNorm,
+    PeerUnreachable,
+    StepApplied,
+    StepBarrier,
+)
 
 from .frame_auth import AuthError
 from .frame_headers import ErrorReply, PushGrads
@@ -122,8 +129,15 @@ class Averager:
             attempt=barrier.attempt,
             counted=counted,
         )
+        fault = server.fault
         payload, mine = await server.compute(
-            lambda: contribution(header, worker.flat_gradients(), peer.run.compression)
+            lambda: contribution(
+                header,
+                worker.flat_gradients()
+                if fault is None
+                else fault.scale_contribution(worker.flat_gradients()),
+                peer.run.compression,
+            )
         )
         timeout = transfer_timeout_s(sum(m.nbytes for m in payload.metas) * len(barrier.group))
 
@@ -175,6 +189,12 @@ class Averager:
                 contributors=sorted(p.peer_id for p in barrier.group),
                 counted=union,
                 grad_sum_norm_sq=float(total.double().square().sum()),
+                contributions=[
+                    ContributionNorm(
+                        peer_id=sender, norm_sq=float(c.grads.double().square().sum()), counted=c.counted
+                    )
+                    for sender, c in sorted(contributions.items())
+                ],
             )
         )
 
@@ -207,8 +227,10 @@ class Averager:
             return False
         del self._pending_sum[message.step]
         summed = pending[1]
+        # A peer faulty on purpose (`--fault stale`) moves its step on and keeps its weights.
+        samples = 0 if server.fault is not None and server.fault.keeps_stale_weights else message.samples
         await server.compute(
-            lambda: worker.apply_step(summed, message.samples, message.learning_rate, message.grad_scale)
+            lambda: worker.apply_step(summed, samples, message.learning_rate, message.grad_scale)
         )
         server.inbox.drop_through(message.step)
         await self._peer.control.send(StepApplied(step=message.step, stage=message.stage))

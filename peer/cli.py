@@ -14,6 +14,7 @@ from swarmhub.settings import PeerSettings
 
 from .control import Rejected
 from .dataset_cache import DatasetError
+from .faults import Fault
 from .fits import RunDoesNotFit
 from .registration import RegistrationRefused
 from .runtime import PeerRuntime
@@ -66,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the most memory this peer may use, e.g. 16GiB: runs estimated larger are refused before"
         " anything is allocated (default: the device's free memory)",
     )
+    join.add_argument(
+        "--fault",
+        help="TESTING AID: make this peer faulty on purpose to see the swarm catch and ban it: "
+        "noise:FRACTION (noise on that share of its results), scale:FACTOR (its gradient "
+        "contribution scaled) or stale (never updates its weights)",
+    )
     join.add_argument("--name", default="", help="name shown on the dashboard (default: host name)")
     join.add_argument("-v", "--verbose", action="store_true")
     return parser
@@ -94,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             "trainer",
             "data_dir",
             "max_memory",
+            "fault",
         )
         if (value := getattr(args, key)) is not None
     }
@@ -102,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"swarmhub-peer: invalid option: {exc}", file=sys.stderr)
         return 2
+    if settings.fault:
+        try:
+            Fault.parse(settings.fault)
+        except ValueError as exc:
+            print(f"swarmhub-peer: {exc}", file=sys.stderr)
+            return 2
     if settings.stage != "auto" and not settings.stage.isdigit():
         print(f"swarmhub-peer: --stage must be 'auto' or a number, got {settings.stage!r}", file=sys.stderr)
         return 2

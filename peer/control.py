@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from swarmhub.wire import CoordinatorToPeer, CoordinatorToPeerMessage, Hello, Message
+from swarmhub.wire import FAULTY_CLOSE_CODE, CoordinatorToPeer, CoordinatorToPeerMessage, Hello, Message
 
 from .retry import backoff_delays
 
@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 POLICY_VIOLATION = 1008
 """Close code the coordinator uses for a channel it refuses (bad credential, kicked, run over)."""
+FINAL_CLOSE_CODES = {POLICY_VIOLATION: "refused", FAULTY_CLOSE_CODE: "removed as faulty"}
+"""Closes that end this peer's part: reconnecting would only be refused again."""
 
 
 class Rejected(RuntimeError):
@@ -76,15 +78,19 @@ class ControlChannel:
                             log.warning("ignoring a control frame the peer does not understand: %s", exc)
                             continue
                         await on_message(message)
-                    if connection.close_code == POLICY_VIOLATION:
-                        raise Rejected(f"coordinator closed the channel: {connection.close_reason}")
+                    _raise_if_final(connection.close_code, connection.close_reason)
             except InvalidStatus as exc:
                 if exc.response.status_code in (401, 403, 404):
                     raise Rejected(
                         f"coordinator refused the channel: HTTP {exc.response.status_code}"
                     ) from exc
                 log.warning("control channel refused (%s); retrying in %.1fs", exc, delay)
-            except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
+            except ConnectionClosed as exc:
+                # A refusal arrives as an error close: the iteration above raises it.
+                if exc.rcvd is not None:
+                    _raise_if_final(exc.rcvd.code, exc.rcvd.reason)
+                log.warning("control channel lost (%s); reconnecting in %.1fs", exc, delay)
+            except (OSError, TimeoutError, InvalidHandshake) as exc:
                 log.warning("control channel lost (%s); reconnecting in %.1fs", exc, delay)
             finally:
                 if self._connection is not None:
@@ -111,3 +117,8 @@ class ControlChannel:
     async def close(self) -> None:
         if self._connection is not None:
             await self._connection.close()
+
+
+def _raise_if_final(code: int | None, reason: str | None) -> None:
+    if code in FINAL_CLOSE_CODES:
+        raise Rejected(f"coordinator closed the channel ({FINAL_CLOSE_CODES[code]}): {reason}")

@@ -204,6 +204,34 @@ class SenderVerifier:
                 f"reply signature does not match peer {peer}'s key and the call it answers"
             ) from None
 
+    def check_evidence(
+        self,
+        header: FrameHeader,
+        signature: bytes,
+        header_bytes: memoryview,
+        payload: memoryview,
+        answers: bytes | None = None,
+    ) -> None:
+        """Raise AuthError unless `header`'s sender signed this frame of another pair of peers (a reply:
+        as the answer to the call whose signature is `answers`) under a ticket this run's coordinator
+        issued to it. Expiry and revocation do not matter here: what a peer signed stays its word."""
+        if self._coordinator_key is None:
+            raise AuthError("this peer has not been admitted to the run yet; it cannot check evidence")
+        ticket = header.ticket
+        if ticket is None:
+            raise AuthError(f"frame of peer {header.sender} carries no ticket")
+        if ticket.run_id != self.run_id or ticket.peer_id != header.sender:
+            raise AuthError(
+                f"frame of peer {header.sender} carries the ticket of peer {ticket.peer_id}"
+                f" of run {ticket.run_id}"
+            )
+        try:
+            self._sender_key(ticket).verify(
+                signature, signed_message(header_bytes, payload_digest(payload), answers)
+            )
+        except InvalidSignature:
+            raise AuthError(f"frame signature does not match peer {header.sender}'s key") from None
+
     def _ticketed_key(self, header: FrameHeader) -> Ed25519PublicKey:
         """The key `header`'s ticket vouches for, if the ticket is this run's, names the frame's sender,
         was issued by the coordinator, is current and its peer not revoked."""

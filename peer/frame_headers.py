@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from swarmhub.wire import Ticket
 
-DTypeName = Literal["float32", "float16", "bfloat16", "int64"]
+DTypeName = Literal["float32", "float16", "bfloat16", "int64", "uint8"]
 
 # Bounds that no honest frame comes near; they keep a hostile header from carrying huge values.
 MAX_ID = 2**53
@@ -70,6 +70,9 @@ class _StageCall(_Envelope):
     samples: int = Field(ge=1, le=MAX_SAMPLES)
     timeout_s: float = Field(ge=0.0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
     """How long the caller waits; a call that finished too late for it is not accumulated."""
+    check: bool = False
+    """A spot check: compute and answer, accumulate nothing (the call went to another peer too).
+    Only the checking peer sees this; the checked peer's call is an ordinary one."""
 
 
 class ForwardCall(_StageCall):
@@ -105,6 +108,19 @@ class FetchState(_Envelope):
     step: Id
 
 
+class ArbitrateCall(_Envelope):
+    """Evidence of a spot-check mismatch for a referee of `stage`: the caller's two signed calls and
+    the two signed replies, as uint8 tensors `call_checked`, `reply_checked`, `call_checker`,
+    `reply_checker` (`peer/spot_checks.py`)."""
+
+    kind: Literal["arbitrate"] = "arbitrate"
+    stage: Id
+    step: Id
+    case_id: Id
+    checked: Id
+    checker: Id
+
+
 class ForwardReply(_Envelope):
     kind: Literal["forward_reply"] = "forward_reply"
 
@@ -130,6 +146,14 @@ class StateReply(_Envelope):
     """The step the sent state is at."""
 
 
+class ArbitrateReply(_Envelope):
+    """The referee's verdict, as it also reports it to the coordinator."""
+
+    kind: Literal["arbitrate_reply"] = "arbitrate_reply"
+    agrees_with_checked: bool
+    agrees_with_checker: bool
+
+
 class ErrorReply(_Envelope):
     """The answer to any frame that was refused or failed; `error` says why."""
 
@@ -138,8 +162,8 @@ class ErrorReply(_Envelope):
 
 
 StageCall = ForwardCall | BackwardCall | ForwardBackwardCall
-Call = StageCall | PushGrads | FetchState
-Reply = ForwardReply | BackwardReply | LossReply | GradsAck | StateReply | ErrorReply
+Call = StageCall | PushGrads | FetchState | ArbitrateCall
+Reply = ForwardReply | BackwardReply | LossReply | GradsAck | StateReply | ArbitrateReply | ErrorReply
 FrameHeader = Call | Reply
 
 HEADERS: TypeAdapter[FrameHeader] = TypeAdapter(Annotated[FrameHeader, Field(discriminator="kind")])

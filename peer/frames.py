@@ -42,6 +42,7 @@ DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
     "int64": torch.int64,
+    "uint8": torch.uint8,
 }
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 

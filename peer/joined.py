@@ -28,6 +28,7 @@ from .benchmark import measure_block_throughput
 from .control import ControlChannel, control_url
 from .data import SampleSource
 from .dataset_cache import default_data_dir, load_dataset
+from .faults import Fault
 from .frame_auth import FrameSigner
 from .stage_server import StageServer
 from .trainer import Trainer
@@ -159,6 +160,7 @@ async def join(
         d_model=preset.d_model,
         slowdown=settings.slowdown,
         max_bytes=limits.for_kind,
+        fault=Fault.parse(settings.fault) if settings.fault else None,
     )
     # A server never receives a state; a client may (when it loads a stage from another peer).
     pool = FramePool(max_bytes=limits.largest, pacer=pacer)
@@ -199,6 +201,13 @@ async def join(
         on_disconnect=work.drop_all,
         ssl_context=coordinator_context(coordinator_url, settings.coordinator_ca),
     )
+    server.report = control.send
+    if server.fault is not None:
+        print(
+            f"[peer {registered.peer_id}] FAULTY ON PURPOSE (--fault {server.fault.describe()}): "
+            "a testing aid; the swarm should catch and ban this peer",
+            flush=True,
+        )
     trainer = Trainer(
         run=run,
         peer_id=registered.peer_id,

@@ -24,6 +24,7 @@ from swarmhub.settings import PeerSettings
 from swarmhub.tls import DataPlaneCertificate, coordinator_context, data_plane_tls, generate_certificate
 from swarmhub.wire import (
     ApplyStep,
+    Arbitrate,
     CheckpointRequest,
     CoordinatorToPeerMessage,
     DataPlaneTicket,
@@ -44,6 +45,7 @@ from swarmhub.wire import (
 )
 
 from .averaging import Averager
+from .control import Rejected
 from .fits import RunDoesNotFit, check_fits
 from .joined import JoinedPeer, PeerStopped, join
 from .links import LINK_REPORT_MAX_AGE_S
@@ -139,6 +141,9 @@ class MessageRouter:
                     peer.trainer.work_available.set()
             case Reachability():
                 peer.say(message.detail)
+            case Arbitrate():
+                peer.pool.learn([message.referee])
+                self._background(peer.trainer.checker.arbitrate(message), "arbitration")
             case Kicked():
                 peer.say(f"removed by the coordinator: {message.reason}")
                 self._stop(f"kicked: {message.reason}")
@@ -272,7 +277,7 @@ class PeerRuntime:
         exc = task.exception()
         if exc is not None:
             self.stop(f"{type(exc).__name__}: {exc}")
-            if not isinstance(exc, PeerStopped):
+            if not isinstance(exc, PeerStopped | Rejected):
                 log.error("peer task failed", exc_info=exc)
 
     async def _heartbeats(self, peer: JoinedPeer) -> None:
@@ -285,5 +290,6 @@ class PeerRuntime:
                     queue_length=peer.server.queue_length,
                     samples_done=peer.server.samples_done,
                     links=peer.pool.links.rates(time.monotonic(), LINK_REPORT_MAX_AGE_S),
+                    spot_checks=peer.trainer.checker.tally,
                 )
             )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,12 +21,15 @@ import torch
 from torch import Tensor
 
 from swarmhub.presets import VOCAB_SIZE
-from swarmhub.wire import RunSpec
+from swarmhub.wire import ArbitrationVerdict, RunSpec
 
 from .averaging import GradientInbox
+from .faults import Fault
 from .frame_auth import AuthError, FrameSigner, SenderVerifier
 from .frame_headers import (
     MAX_ERROR_CHARS,
+    ArbitrateCall,
+    ArbitrateReply,
     BackwardCall,
     BackwardReply,
     Call,
@@ -38,6 +42,7 @@ from .frame_headers import (
     LossReply,
     PushGrads,
     Reply,
+    StageCall,
     StateReply,
 )
 from .frames import (
@@ -52,6 +57,7 @@ from .frames import (
     encode_payload,
     open_frame,
 )
+from .spot_checks import Result, discrepancy, open_evidence, through_codec, tolerance
 from .stage_worker import StageError, StageWorker
 
 log = logging.getLogger(__name__)
@@ -73,6 +79,7 @@ class StageServer:
         d_model: int,
         slowdown: float,
         max_bytes: FrameLimit,
+        fault: Fault | None = None,
     ) -> None:
         self.peer_id = peer_id
         self.run = run
@@ -89,6 +96,10 @@ class StageServer:
         """EMA of compute seconds per sample, by call kind."""
         self.samples_done = 0
         self.calls_refused = 0
+        self.fault = fault
+        """A fault injected on purpose (`--fault`, for tests and demos); None for an honest peer."""
+        self.report: Callable[[ArbitrationVerdict], Awaitable[object]] | None = None
+        """Sends a referee's verdict to the coordinator (set once the control channel exists)."""
         self._waiting = 0
         self._compute_lock = asyncio.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-compute")
@@ -191,31 +202,43 @@ class StageServer:
 
             state, step = await self.compute(export)
             return self._reply(frame, StateReply, state, step=step)
+        if isinstance(header, ArbitrateCall):
+            return await self._arbitrate(frame, worker, header, tensors)
+        reply_kind, outputs, loss = await self._serve(worker, header, tensors)
+        if not header.check:
+            self.samples_done += header.samples
+        if self.fault is not None:
+            outputs = self.fault.corrupt_outputs(outputs)
+        fields = {} if loss is None else {"loss": loss}
+        return self._reply(frame, reply_kind, self._payload(outputs), **fields)
+
+    async def _serve(
+        self, worker: StageWorker, header: StageCall, tensors: dict[str, Tensor]
+    ) -> tuple[type[Reply], dict[str, Tensor], float | None]:
+        """Compute a stage call: its reply kind, output tensors and (last stage) loss. A spot check
+        (`header.check`) accumulates nothing."""
         samples = header.samples
         if samples > self.run.microbatch_size:
             raise FrameError(f"samples must be in 1..{self.run.microbatch_size}, got {samples}")
         received = time.monotonic()
 
         def accept() -> bool:
+            if header.check:
+                return False
             return header.timeout_s <= 0 or time.monotonic() - received < ACCEPT_FRACTION * header.timeout_s
 
+        x = self._stage_input(worker, tensors, samples)
         if isinstance(header, ForwardCall):
-            x = self._stage_input(worker, tensors, samples)
             y = await self.compute(lambda: worker.forward(header.step, x), kind="forward", samples=samples)
-            return self._reply(frame, ForwardReply, self._payload({"y": y}))
+            return ForwardReply, {"y": y}, None
         if isinstance(header, BackwardCall):
-            x = self._stage_input(worker, tensors, samples)
             grad = self._tensor(tensors, "grad", (samples, self.run.seq_len, self.d_model), torch.float32)
             grad_x = await self.compute(
                 lambda: worker.backward(header.step, header.microbatch_id, samples, x, grad, accept()),
                 kind="backward",
                 samples=samples,
             )
-            self.samples_done += samples
-            return self._reply(
-                frame, BackwardReply, self._payload({} if grad_x is None else {"grad_x": grad_x})
-            )
-        x = self._stage_input(worker, tensors, samples)
+            return BackwardReply, {} if grad_x is None else {"grad_x": grad_x}, None
         targets = self._tensor(tensors, "targets", (samples, self.run.seq_len), torch.int64)
         self._check_tokens(targets, "targets")
         loss, grad_x = await self.compute(
@@ -223,10 +246,52 @@ class StageServer:
             kind="forward_backward",
             samples=samples,
         )
-        self.samples_done += samples
-        return self._reply(
-            frame, LossReply, self._payload({} if grad_x is None else {"grad_x": grad_x}), loss=loss
+        return LossReply, {} if grad_x is None else {"grad_x": grad_x}, loss
+
+    async def _arbitrate(
+        self, frame: OpenedFrame, worker: StageWorker, header: ArbitrateCall, tensors: dict[str, Tensor]
+    ) -> bytes:
+        """Referee a spot-check mismatch: check the evidence, compute the call as a check, and say which
+        result agrees with this peer's (as it would have travelled: through the run's codec)."""
+        if header.stage != worker.stage:
+            raise StageError(
+                f"arbitration is for stage {header.stage}, this peer serves stage {worker.stage}"
+            )
+        try:
+            disputed = open_evidence(header, tensors, self.verifier, self.max_bytes)
+            call = disputed.call.model_copy(update={"check": True})
+            _, outputs, loss = await self._serve(worker, call, disputed.inputs)
+        except (FrameError, AuthError, StageError) as exc:
+            await self._report_verdict(
+                ArbitrationVerdict(case_id=header.case_id, valid=False, detail=str(exc)[:500])
+            )
+            raise
+        mine = Result(tensors=through_codec(outputs, self.run.compression), loss=loss)
+        limit = tolerance(self.run.compression)
+        off_checked = discrepancy(mine, disputed.checked)
+        off_checker = discrepancy(mine, disputed.checker)
+        verdict = ArbitrationVerdict(
+            case_id=header.case_id,
+            valid=True,
+            agrees_with_checked=off_checked <= limit,
+            agrees_with_checker=off_checker <= limit,
+            discrepancy_checked=min(off_checked, 1e30),
+            discrepancy_checker=min(off_checker, 1e30),
+            tolerance=limit,
+            detail=f"{disputed.call.kind} call of microbatch {disputed.call.microbatch_id}",
         )
+        await self._report_verdict(verdict)
+        return self._reply(
+            frame,
+            ArbitrateReply,
+            agrees_with_checked=verdict.agrees_with_checked,
+            agrees_with_checker=verdict.agrees_with_checker,
+        )
+
+    async def _report_verdict(self, verdict: ArbitrationVerdict) -> None:
+        log.info("arbitration %d: %s", verdict.case_id, verdict.model_dump_json())
+        if self.report is not None:
+            await self.report(verdict)
 
     def _stage_input(self, worker: StageWorker, tensors: dict[str, Tensor], samples: int) -> Tensor:
         if worker.module.is_first:

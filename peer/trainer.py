@@ -3,7 +3,8 @@
 For every stage call it picks a peer of that stage by stochastic wiring (`routing.StageRouter`);
 a call that fails, is refused, times out or is answered by anything but the dialled peer's signed reply
 to that call is retried on another peer of the same stage. Backward calls carry the stage's input
-again, so any peer of the stage can serve them.
+again, so any peer of the stage can serve them. A share of the calls is also spot-checked on a
+second peer of the stage (`peer/spot_checker.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from swarmhub.wire import (
     PeerUnreachable,
     RunSpec,
     ServedCall,
+    SpotCheckMismatch,
     WorkGrant,
 )
 
@@ -43,6 +45,7 @@ from .frame_headers import (
 )
 from .frames import FrameError, FrameLimit, assemble_call, encode_payload, open_reply
 from .routing import StageRouter
+from .spot_checker import SpotChecker
 from .transport import FramePool, TransportError, UnlistedAddress
 
 log = logging.getLogger(__name__)
@@ -80,7 +83,9 @@ class Trainer:
         samples: SampleSource,
         pool: FramePool,
         request_work: Callable[[], Awaitable[WorkGrant | None]],
-        report: Callable[[MicrobatchDone | MicrobatchFailed | PeerUnreachable], Awaitable[bool]],
+        report: Callable[
+            [MicrobatchDone | MicrobatchFailed | PeerUnreachable | SpotCheckMismatch], Awaitable[bool]
+        ],
         call_timeout_s: float,
         max_frame_bytes: FrameLimit,
         concurrency: int = 2,
@@ -99,6 +104,18 @@ class Trainer:
         self.concurrency = concurrency
         self.routers = [StageRouter() for _ in range(run.num_stages)]
         self.addresses: dict[int, str] = {}
+        self.checker = SpotChecker(
+            run=run,
+            peer_id=peer_id,
+            signer=signer,
+            verifier=verifier,
+            pool=pool,
+            routers=self.routers,
+            addresses=lambda: self.addresses,
+            report=report,
+            call_timeout_s=call_timeout_s,
+            max_frame_bytes=max_frame_bytes,
+        )
         self.stats = TrainerStats()
         self._served: dict[str, list[ServedCall]] = {}
         """Per microbatch in flight: its successful stage calls, timed, for the coordinator."""
@@ -267,6 +284,7 @@ class Trainer:
                 )
                 continue
             router.report_success(peer)
+            self.checker.maybe_check(header, payload, peer, frame, reply, answer, out)
             elapsed = max(time.monotonic() - started, 1e-6)
             served = ServedCall(peer_id=peer, samples=grant.samples, seconds=min(elapsed, 3600.0))
             self._served.setdefault(grant.microbatch_id, []).append(served)

@@ -154,6 +154,7 @@ class Run(Base):
     max_steps: Mapped[int | None]
     seed: Mapped[int]
     rebalance: Mapped[bool]
+    spot_check_fraction: Mapped[float]
     status: Mapped[RunStatus] = mapped_column(default=RunStatus.ACTIVE)
     current_step: Mapped[int] = mapped_column(default=0)
     next_sample: Mapped[int] = mapped_column(sa.BigInteger, default=0)

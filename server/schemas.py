@@ -197,7 +197,9 @@ class StepOut(Out):
 class MetricOut(Out):
     step: int | None
     name: str
-    """samples_per_s, wire_bytes (data-plane bytes of the step) or retries (stage calls retried)."""
+    """samples_per_s, wire_bytes (data-plane bytes of the step), retries (stage calls retried), or the
+    step's spot checks: spot_check_calls, spot_check_bytes (both ways), spot_check_seconds and
+    spot_check_largest_agreeing (the largest discrepancy seen so far between results that agreed)."""
     value: float
     created_at: datetime
 

@@ -110,6 +110,9 @@ class FrameLimits:
             return self.gradients
         if kind == "fetch_state_reply":
             return self.state
+        if kind == "arbitrate":
+            # Two calls and their two replies, each within a stage call's bound.
+            return 4 * self.activations
         return self.activations
 
 

@@ -58,6 +58,9 @@ class RunSettings(BaseModel):
     """Seeds the stages' initialization and the order of the data."""
     rebalance: bool = True
     """Move peers toward the bottleneck stage as measured throughputs change."""
+    spot_check_fraction: float = Field(default=0.02, ge=0, le=1, allow_inf_nan=False)
+    """Share of stage calls a trainer also sends to a second peer of the stage to compare results;
+    a mismatch is arbitrated by a third peer and the peer found wrong is banned (0 turns checks off)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -127,6 +127,9 @@ class PeerSettings(BaseSettings):
     data_plane_tls: bool = False
     """Serve the data plane over TLS with a key pair generated at start (others pin its fingerprint).
     Always on when the coordinator URL is https."""
+    fault: str = Field(default="", max_length=64)
+    """A testing aid, never for real runs: make this peer faulty on purpose ('noise:0.05', 'scale:50',
+    'stale'; `peer/faults.py`) to see the swarm catch it. Empty: an honest peer."""
     max_memory: ByteSize | None = None
     """The most memory this peer may use for a run ('16GiB', '512MB', bytes); a run whose estimate is
     larger is refused before anything is allocated. None: the device's free memory when joining."""

@@ -26,6 +26,9 @@ FRAME_KEY = r"^([0-9a-f]{64})?$"
 
 # Every number a peer reports is finite and bounded here, at the wire: one absurd figure (Infinity, NaN,
 # 1e23) must not break the dashboard's JSON, the database's integer columns or a step's arithmetic.
+FAULTY_CLOSE_CODE = 4001
+"""Control-channel close code for a peer removed for computing or reporting wrong results: final,
+its credential opens no channel again."""
 MAX_INT = 2**31 - 1
 StepNumber = Annotated[int, Field(ge=0, le=MAX_INT)]
 Attempt = Annotated[int, Field(ge=0, le=10_000)]
@@ -40,6 +43,12 @@ Loss = Annotated[float, Field(ge=0, le=1e4)]
 NormSquared = Annotated[float, Field(ge=0, le=1e30)]
 MicrobatchId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 Reason = Annotated[str, Field(max_length=500)]
+Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+"""SHA-256 of a frame's payload, hex."""
+CallKind = Literal["forward", "backward", "forward_backward"]
+Discrepancy = Annotated[float, Field(ge=0, le=1e30)]
+"""How far two results of one stage call are apart: relative L2 distance of their tensors (and of
+the loss), `peer/spot_checks.py`."""
 
 
 class Message(BaseModel):
@@ -96,6 +105,19 @@ class Hello(Message):
     """Samples per second from the peer's start-up benchmark on the run's model."""
 
 
+class CheckTally(Message):
+    """Running totals of a trainer's spot checks: the second calls it sent and what they cost."""
+
+    calls: Count = 0
+    bytes: int = Field(default=0, ge=0, le=2**62)
+    """Data-plane bytes of the check calls, both ways."""
+    seconds: float = Field(default=0.0, ge=0, le=1e9, allow_inf_nan=False)
+    """Wall time the check calls took (the checking peers' compute and the transfers)."""
+    largest_agreeing: Discrepancy = 0.0
+    """The largest discrepancy among checks whose results agreed: the honest noise the tolerance must
+    stay above (the check's margin is the tolerance over this)."""
+
+
 class Heartbeat(Message):
     type: Literal["heartbeat"] = "heartbeat"
     throughput: SamplesPerSecond
@@ -104,6 +126,8 @@ class Heartbeat(Message):
     """Samples this peer's stage has processed since it joined."""
     links: dict[PeerId, BytesPerSecond] = Field(default_factory=dict, max_length=256)
     """Data-plane rates this peer measured to other peers (peer id -> bytes per second), recent ones."""
+    spot_checks: CheckTally = Field(default_factory=CheckTally)
+    """What this peer's trainer spent on spot checks since it joined (running totals)."""
 
 
 class WorkRequest(Message):
@@ -128,9 +152,9 @@ class MicrobatchDone(Message):
     loss: Loss
     retries: int = Field(default=0, ge=0, le=10_000)
     bytes_sent: Count = 0
+    """Data-plane bytes the trainer sent and received for this microbatch (all stages, both ways)."""
     served: list[ServedCall] = Field(default_factory=list, max_length=256)
     """Every successful stage call, so the coordinator learns what each peer really serves."""
-    """Data-plane bytes the trainer sent and received for this microbatch (all stages, both ways)."""
 
 
 class MicrobatchFailed(Message):
@@ -138,6 +162,14 @@ class MicrobatchFailed(Message):
     step: StepNumber
     microbatch_id: MicrobatchId
     reason: Reason
+
+
+class ContributionNorm(Message):
+    """One member's gradient sum as another member received it: its squared norm and what it counts."""
+
+    peer_id: PeerId
+    norm_sq: NormSquared
+    counted: list[MicrobatchId] = Field(max_length=1_000_000)
 
 
 class AveragingDone(Message):
@@ -153,6 +185,9 @@ class AveragingDone(Message):
     """Microbatch ids accumulated on this stage, over all contributors (each once)."""
     grad_sum_norm_sq: NormSquared
     """Squared L2 norm of the stage's summed (not yet divided) gradient, for clipping by global norm."""
+    contributions: list[ContributionNorm] = Field(default_factory=list, max_length=4096)
+    """Each contributor's sum as this member decoded it: the coordinator rejects a contribution out of
+    all proportion to the samples it counts before the step is applied."""
 
 
 class StepApplied(Message):
@@ -189,6 +224,44 @@ class PeerUnreachable(Message):
     reason: Reason
 
 
+class SpotCheckMismatch(Message):
+    """A trainer sent one stage call to two peers of the stage and their results disagree beyond the
+    codec's tolerance. It keeps both signed exchanges as evidence for the referee the coordinator names."""
+
+    type: Literal["spot_check_mismatch"] = "spot_check_mismatch"
+    case: Count
+    """The trainer's number for this mismatch; `Arbitrate` names it back."""
+    step: StepNumber
+    stage: StageIndex
+    microbatch_id: MicrobatchId
+    kind: CallKind
+    checked: PeerId
+    """The peer the call was routed to."""
+    checker: PeerId
+    """The second peer, which computed the call again without accumulating its gradients."""
+    checked_digest: Digest
+    checker_digest: Digest
+    discrepancy: Discrepancy
+    tolerance: Discrepancy
+
+
+class ArbitrationVerdict(Message):
+    """A referee's finding on a mismatch: it checked both signed exchanges, computed the call itself
+    and compared its result with each."""
+
+    type: Literal["arbitration_verdict"] = "arbitration_verdict"
+    case_id: Count
+    valid: bool
+    """False when the evidence did not hold (bad signatures, different inputs) or could not be computed
+    (the stage moved on); `detail` says which."""
+    agrees_with_checked: bool = False
+    agrees_with_checker: bool = False
+    discrepancy_checked: Discrepancy = 0.0
+    discrepancy_checker: Discrepancy = 0.0
+    tolerance: Discrepancy = 0.0
+    detail: Reason = ""
+
+
 class Goodbye(Message):
     """The peer leaves on purpose (Ctrl-C); not a failure."""
 
@@ -206,6 +279,8 @@ PeerToCoordinatorMessage = Annotated[
     | StageReady
     | StageLoadFailed
     | PeerUnreachable
+    | SpotCheckMismatch
+    | ArbitrationVerdict
     | Goodbye,
     Field(discriminator="type"),
 ]
@@ -323,6 +398,16 @@ class Reachability(Message):
     """Plain words for the participant, e.g. why the port could not be reached and what to do."""
 
 
+class Arbitrate(Message):
+    """Send the evidence of mismatch `case` to `referee`, a third peer of the stage the coordinator
+    chose; the referee reports its `ArbitrationVerdict` for `case_id` to the coordinator."""
+
+    type: Literal["arbitrate"] = "arbitrate"
+    case: int
+    case_id: int
+    referee: PeerEndpoint
+
+
 class Kicked(Message):
     """The coordinator removed this peer (admin kick or ban); it must stop."""
 
@@ -353,6 +438,7 @@ CoordinatorToPeerMessage = Annotated[
     | CheckpointRequest
     | RunStatusChanged
     | Reachability
+    | Arbitrate
     | Kicked
     | DataPlaneTicket,
     Field(discriminator="type"),

@@ -75,3 +75,46 @@ class AveragingRound:
     def without(self, *peer_ids: int) -> AveragingRound:
         """The next attempt, without these members (lost, or holding the round up)."""
         return AveragingRound(stage=self.stage, attempt=self.attempt + 1, group=self.group - set(peer_ids))
+
+
+PROPORTION_LIMIT = 10.0
+"""How far a member's gradient norm per counted sample may exceed the stage's reference. Honest
+members differ by at most the square root of the ratio of their sample counts (sums of uncorrelated
+per-sample gradients grow with its square root, of aligned ones linearly): under 3x for microbatch
+counts within 1:8. A contribution scaled tenfold or more is out of all proportion."""
+
+
+def per_sample_norm(norm_sq: float, samples: int) -> float:
+    """A contribution's gradient norm per sample it counts; infinite for a gradient with no samples."""
+    norm = math.sqrt(norm_sq)
+    if samples <= 0:
+        return math.inf if norm > 0 else 0.0
+    return norm / samples
+
+
+def out_of_proportion(contributions: dict[int, tuple[float, int]], history: list[float]) -> dict[int, float]:
+    """Members whose contribution (peer id -> (squared norm, samples counted)) is out of all proportion
+    to its samples, with how many times the reference it is.
+
+    With three or more members the reference is the median norm per sample among them (a liar cannot
+    move it). With two, each is held against the other, or against the median of the stage's recent
+    accepted rounds (`history`) if that is larger: the other may be a liar that shrank its own, and a
+    spike the whole stage shares is nobody's fault. A lone member, or two with no history yet, has
+    nothing to be held against. A gradient that counts no samples is always out."""
+    rates = {peer: per_sample_norm(norm_sq, samples) for peer, (norm_sq, samples) in contributions.items()}
+    flagged = {peer: math.inf for peer, rate in rates.items() if math.isinf(rate)}
+    finite = {peer: rate for peer, rate in rates.items() if not math.isinf(rate)}
+    if len(finite) >= 3:
+        median = statistics.median(finite.values())
+        references = dict.fromkeys(finite, median)
+    elif len(finite) == 2 and history:
+        floor = statistics.median(history)
+        (a, rate_a), (b, rate_b) = finite.items()
+        references = {a: max(rate_b, floor), b: max(rate_a, floor)}
+    else:
+        return flagged
+    for peer, rate in finite.items():
+        reference = references[peer]
+        if reference > 0 and rate > PROPORTION_LIMIT * reference:
+            flagged[peer] = rate / reference
+    return flagged

@@ -58,6 +58,12 @@ class StepBook:
     """Data-plane bytes reported with finished microbatches."""
     retries: int = 0
     """Stage calls retried on another peer, over the finished microbatches."""
+    check_calls: int = 0
+    check_bytes: int = 0
+    check_seconds: float = 0.0
+    """Spot checks trainers made while this step was open: second calls, their bytes and wall time."""
+    check_largest_agreeing: float = 0.0
+    """The largest discrepancy any trainer has seen between two results that agreed (so far)."""
     _sequence: int = 0
 
     def __post_init__(self) -> None:
@@ -107,6 +113,12 @@ class StepBook:
         self.retries += retries
         return True
 
+    def add_checks(self, calls: int, nbytes: int, seconds: float, largest_agreeing: float) -> None:
+        self.check_calls += calls
+        self.check_bytes += nbytes
+        self.check_seconds += seconds
+        self.check_largest_agreeing = max(self.check_largest_agreeing, largest_agreeing)
+
     def fail(self, microbatch_id: str) -> Grant | None:
         """Record a microbatch its trainer gave up on. Its samples are not granted again this step:
         some stages may already hold their gradients, and seeing them twice would double-count."""
@@ -148,4 +160,5 @@ class StepBook:
             microbatch_size=self.microbatch_size,
             next_sample=self.next_sample,
             nonce=self.nonce,
+            check_largest_agreeing=self.check_largest_agreeing,
         )

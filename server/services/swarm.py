@@ -155,6 +155,10 @@ def record_committed_step(session: Session, run_id: int, record: RecordStep) -> 
         ("samples_per_s", rate),
         ("wire_bytes", record.wire_bytes),
         ("retries", record.retries),
+        ("spot_check_calls", record.check_calls),
+        ("spot_check_bytes", record.check_bytes),
+        ("spot_check_seconds", record.check_seconds),
+        ("spot_check_largest_agreeing", record.check_largest_agreeing),
     ):
         record_metric(session, run_id=run_id, step=record.step, name=name, value=value)
     lost = {

@@ -94,6 +94,10 @@ class RecordStep:
     next_sample: int
     wire_bytes: int
     retries: int
+    check_calls: int
+    check_bytes: int
+    check_seconds: float
+    check_largest_agreeing: float
     learning_rate: float
     grad_scale: float
     attempts: tuple[int, ...]

@@ -1,7 +1,8 @@
 """A run's coordination logic as a pure state machine: `RunMachine.handle(input) -> decisions`.
 
 Layers: `step_cycle.StepCycle` (the phases of a step) <- `membership.Membership` (who serves what)
-<- `RunMachine` (the one entry point, peer messages, the clock).
+<- `verification.Verification` (who computes wrong) <- `RunMachine` (the one entry point, peer
+messages, the clock).
 No I/O and no clock: inputs carry `now`, decisions are returned for the shell to carry out.
 """
 
@@ -10,10 +11,11 @@ from __future__ import annotations
 from server.swarm import decisions as do
 from server.swarm import inputs as on
 from server.swarm.members import Member
-from server.swarm.membership import Membership
 from server.swarm.step_cycle import Phase
+from server.swarm.verification import Verification
 from swarmhub.status import PeerState, RunStatus
 from swarmhub.wire import (
+    ArbitrationVerdict,
     AveragingDone,
     Heartbeat,
     Kicked,
@@ -23,6 +25,7 @@ from swarmhub.wire import (
     NoWork,
     PeerUnreachable,
     RunStatusChanged,
+    SpotCheckMismatch,
     StageLoadFailed,
     StageReady,
     StepApplied,
@@ -37,9 +40,10 @@ STAGE_RETRY_S = 5.0
 """A peer that could not load its stage is assigned it again (with the sources live then) this often."""
 
 
-class RunMachine(Membership):
+class RunMachine(Verification):
     """A run's whole coordination logic: the one entry point, peer messages and the clock, over
-    `Membership` (who serves what) and `StepCycle` (the phases of the step)."""
+    `Verification` (spot checks and contribution checks), `Membership` (who serves what) and
+    `StepCycle` (the phases of the step)."""
 
     # ---- the one entry point --------------------------------------------------------------------
 
@@ -92,6 +96,7 @@ class RunMachine(Membership):
                 member.queue_length = message.queue_length
                 member.samples_done = message.samples_done
                 member.links = message.links
+                self._count_checks(member, message.spot_checks)
             case WorkRequest():
                 self._send(member, self._grant(member, now))
             case MicrobatchDone():
@@ -135,6 +140,8 @@ class RunMachine(Membership):
                         message.grad_sum_norm_sq,
                     )
                     self._check_norms(message.stage, now)
+                    if member.peer_id in self.members:
+                        self._averaging_reported(member, message, now)
                     self._maybe_record(now)
             case StepApplied():
                 if self.phase == Phase.APPLYING and message.step == book.step:
@@ -142,6 +149,10 @@ class RunMachine(Membership):
                     self._maybe_open_next(now)
             case PeerUnreachable():
                 self._unreachable(member, message, now)
+            case SpotCheckMismatch():
+                self._mismatch(member, message, now)
+            case ArbitrationVerdict():
+                self._verdict(member, message, now)
 
     def _owns_grant(self, member: Member, step: int, microbatch_id: str, now: float) -> bool:
         """Only the trainer a microbatch was granted to may report it; reporting another's counts
@@ -189,6 +200,7 @@ class RunMachine(Membership):
             self._send_view(now)
         self._retry_record(now)
         self._expire_rounds(now, self.blame.named(now))
+        self._expire_cases(now)
         for member in list(self.members.values()):
             failed = member.load_failed_at
             if failed is not None and member.stage is not None and now - failed >= STAGE_RETRY_S:

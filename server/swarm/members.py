@@ -6,7 +6,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from swarmhub.wire import PeerEndpoint
+from swarmhub.wire import CheckTally, PeerEndpoint
 
 OBSERVATIONS_KEPT = 64
 MIN_OBSERVATIONS = 4
@@ -47,6 +47,8 @@ class Member:
     """(trainer, samples per second) of its recent calls as trainers timed them."""
     strikes: int = 0
     """Reports the coordinator could not accept (another's microbatch, reports it had no reason to make)."""
+    check_tally: CheckTally = field(default_factory=CheckTally)
+    """Its trainer's spot-check totals as of its last heartbeat."""
     load_failed_at: float | None = None
     """When it last reported that it could not load its stage from any source offered."""
 

@@ -20,6 +20,7 @@ from server.swarm.step_cycle import MachineSettings, Phase, StepCycle
 from swarmhub.presets import get_preset
 from swarmhub.status import PeerState, RunStatus
 from swarmhub.wire import (
+    FAULTY_CLOSE_CODE,
     ApplyStep,
     PeerUnreachable,
     Reachability,
@@ -30,7 +31,6 @@ from swarmhub.wire import (
 )
 
 UNREACHABLE_CLOSE_CODE = 4000
-FAULTY_CLOSE_CODE = 4001
 STRIKE_LIMIT = 25
 """Reports the coordinator cannot accept before their sender is removed: a few happen to honest peers
 (a report racing a reassignment), a stream of them is a peer trying its luck."""

@@ -64,7 +64,7 @@ def test_per_sample_norm() -> None:
         pytest.param({1: grad(0, 1.0)}, [], {1: math.inf}, id="zero-samples-alone"),
         pytest.param({1: grad(0, 0.0), 2: grad(8, 8.0), 3: grad(8, 8.0)}, [], {}, id="nothing-from-nothing"),
         pytest.param(
-            # Two members: neither is a majority, so the stage's accepted rounds are the reference.
+            # Two members: each is held against the other, or the stage's accepted rounds if larger.
             {1: grad(8, 8.0), 2: grad(8, 8.0 * 50)},
             [1.0, 1.0, 1.0],
             {2: 50.0},
@@ -82,6 +82,15 @@ def test_per_sample_norm() -> None:
             {},
             id="two-without-history",
         ),
+        pytest.param(
+            # A spike the whole stage shares (seen in a real run: both members 150-200x the history
+            # when the loss jumped) is nobody's fault.
+            {1: grad(16, 16.0 * 150), 2: grad(48, 48.0 * 200)},
+            [1.0, 1.0, 1.0],
+            {},
+            id="two-share-a-spike",
+        ),
+        pytest.param({1: grad(8, 8.0 * 200)}, [1.0, 1.0], {}, id="lone-member-not-judged"),
         pytest.param(
             # History is not consulted when three members can outvote a liar.
             {1: grad(8, 8.0), 2: grad(8, 8.0), 3: grad(8, 8.0)},

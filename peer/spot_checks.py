@@ -1,0 +1,183 @@
+"""Spot checks: one stage call computed by two peers of the stage, their results compared.
+
+A trainer sends a random share of its stage calls (the run's `spot_check_fraction`) to a second peer
+as well, marked as a check so that peer accumulates nothing; the checked peer sees an ordinary call
+and cannot tell. Results that disagree beyond the codec's tolerance are a mismatch: the trainer keeps
+the four signed frames (two calls, two replies) as evidence, reports the mismatch, and sends the
+evidence to the referee the coordinator names, a third peer of the stage. The referee checks every
+signature (so nobody can put words in another peer's mouth, `peer/frame_auth.py`) and that both
+calls carried the same inputs, computes the call itself and says which result it agrees with.
+
+Nothing here does I/O: the trainer (`peer/trainer.py`) and the stage server (`peer/stage_server.py`)
+use these parts; the coordinator decides (`server/swarm/verification.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .compression import codec_for
+from .frame_auth import AuthError, SenderVerifier
+from .frame_headers import ArbitrateCall, BackwardReply, ForwardReply, LossReply, Reply, StageCall
+from .frames import FrameError, FrameLimit, OpenedFrame, decode_payload, open_frame
+
+KERNEL_TOLERANCE = 1e-3
+"""Relative L2 distance two honest devices may reach on one float32 call: different kernels, thread
+counts and summation orders (a GPU's TF32 matmuls among them) stay well inside it."""
+CODEC_ERROR = {"none": 0.0, "float16": 2.5e-4, "int8": 2e-2}
+"""The codec's own relative L2 error on activations and gradients (measured on Gaussian tensors with
+outliers, `tests/peer/test_spot_checks.py`). Two honest results differ by at most twice it: each side
+may round the same value into a neighbouring bucket."""
+EVIDENCE_TENSORS = ("call_checked", "reply_checked", "call_checker", "reply_checker")
+
+
+def through_codec(tensors: dict[str, Tensor], codec: str) -> dict[str, Tensor]:
+    """`tensors` as their receiver decodes them after `codec`: a referee compares like with like."""
+    out = {}
+    for name, t in tensors.items():
+        c = codec_for(t.dtype, codec)
+        out[name] = c.decode(c.encode(t), tuple(t.shape), t.dtype)
+    return out
+
+
+def tolerance(codec: str) -> float:
+    """The largest discrepancy two honest results of one call can have under `codec`."""
+    return KERNEL_TOLERANCE + 2 * CODEC_ERROR[codec]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    """What a stage call answered: its tensors (as decoded from the reply) and, last stage, the loss."""
+
+    tensors: dict[str, Tensor]
+    loss: float | None = None
+
+
+def result_of(reply: Reply, tensors: dict[str, Tensor]) -> Result:
+    return Result(tensors=tensors, loss=reply.loss if isinstance(reply, LossReply) else None)
+
+
+def comparable(result: Result) -> bool:
+    """Whether a result has anything to compare: the first stage's backward answers nothing (its
+    gradients stay in the peer, checked at averaging instead)."""
+    return bool(result.tensors) or result.loss is not None
+
+
+def discrepancy(a: Result, b: Result) -> float:
+    """Relative L2 distance of two results of one call, the largest over their tensors and the loss;
+    infinite when they do not even have the same tensors."""
+    if set(a.tensors) != set(b.tensors) or (a.loss is None) != (b.loss is None):
+        return math.inf
+    worst = 0.0
+    for name, x in a.tensors.items():
+        y = b.tensors[name]
+        if x.shape != y.shape:
+            return math.inf
+        x64, y64 = x.double(), y.double()
+        scale = max(float(x64.norm()), float(y64.norm()), 1e-12)
+        worst = max(worst, float((x64 - y64).norm()) / scale)
+    if a.loss is not None and b.loss is not None:
+        worst = max(worst, abs(a.loss - b.loss) / max(abs(a.loss), abs(b.loss), 1e-6))
+    return worst
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    """The four signed frames of a mismatch, as the trainer sent and received them."""
+
+    call_checked: bytes
+    reply_checked: bytes
+    call_checker: bytes
+    reply_checker: bytes
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {
+            name: torch.frombuffer(bytearray(getattr(self, name)), dtype=torch.uint8)
+            for name in EVIDENCE_TENSORS
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Disputed:
+    """A mismatch as a referee sees it after checking the evidence: the call (as sent to the checked
+    peer), its inputs, and the two results."""
+
+    call: StageCall
+    inputs: dict[str, Tensor]
+    checked: Result
+    checker: Result
+
+
+def open_evidence(
+    header: ArbitrateCall, tensors: dict[str, Tensor], verifier: SenderVerifier, max_bytes: FrameLimit
+) -> Disputed:
+    """Raise FrameError or AuthError unless the evidence holds: the arbitration's caller sent both calls,
+    to the checked and the checker peer, with the same inputs for the same microbatch and step; each
+    reply is signed by the peer called, as the answer to that very call."""
+    missing = [name for name in EVIDENCE_TENSORS if name not in tensors]
+    if missing:
+        raise FrameError(f"arbitration evidence lacks {missing}")
+    checked_call, checked_reply = _exchange(tensors, "checked", header.checked, header, verifier, max_bytes)
+    checker_call, checker_reply = _exchange(tensors, "checker", header.checker, header, verifier, max_bytes)
+    a, b = checked_call.header, checker_call.header
+    assert isinstance(a, StageCall) and isinstance(b, StageCall)  # checked by _exchange
+    if (a.kind, a.stage, a.step, a.microbatch_id, a.samples) != (
+        b.kind,
+        b.stage,
+        b.step,
+        b.microbatch_id,
+        b.samples,
+    ):
+        raise FrameError("the two calls of the evidence are not the same call")
+    if bytes(checked_call.payload) != bytes(checker_call.payload):
+        raise FrameError("the two calls of the evidence carried different inputs")
+    if (a.stage, a.step) != (header.stage, header.step):
+        raise FrameError(f"evidence is for stage {a.stage} step {a.step}, not the arbitration's")
+    return Disputed(
+        call=a,
+        inputs=decode_payload(a, checked_call.payload),
+        checked=_result(checked_reply),
+        checker=_result(checker_reply),
+    )
+
+
+def _exchange(
+    tensors: dict[str, Tensor],
+    role: str,
+    peer_id: int,
+    header: ArbitrateCall,
+    verifier: SenderVerifier,
+    max_bytes: FrameLimit,
+) -> tuple[OpenedFrame, OpenedFrame]:
+    call = open_frame(_raw(tensors[f"call_{role}"]), max_bytes=max_bytes)
+    reply = open_frame(_raw(tensors[f"reply_{role}"]), max_bytes=max_bytes)
+    c, r = call.header, reply.header
+    if not isinstance(c, StageCall):
+        raise FrameError(f"evidence call_{role} is a {c.kind} frame, not a stage call")
+    if c.sender != header.sender or c.receiver != peer_id:
+        raise AuthError(
+            f"evidence call_{role} went from peer {c.sender} to {c.receiver}, not to peer {peer_id}"
+        )
+    if not isinstance(r, ForwardReply | BackwardReply | LossReply):
+        raise FrameError(f"evidence reply_{role} is a {r.kind} frame, not a stage call's result")
+    if (r.sender, r.receiver, r.counter) != (c.receiver, c.sender, c.counter):
+        raise AuthError(f"evidence reply_{role} does not answer call_{role}")
+    verifier.check_evidence(c, call.signature, call.header_bytes, call.payload)
+    verifier.check_evidence(r, reply.signature, reply.header_bytes, reply.payload, answers=call.signature)
+    return call, reply
+
+
+def _raw(t: Tensor) -> bytes:
+    if t.dtype != torch.uint8 or t.dim() != 1:
+        raise FrameError("evidence frames travel as flat uint8 tensors")
+    return t.numpy().tobytes()
+
+
+def _result(reply: OpenedFrame) -> Result:
+    header = reply.header
+    assert isinstance(header, ForwardReply | BackwardReply | LossReply)
+    return result_of(header, decode_payload(header, reply.payload))

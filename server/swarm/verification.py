@@ -1,0 +1,277 @@
+"""Verified computation: spot-check mismatches refereed by a third peer, contributions checked against
+the samples they count, and the peer found wrong banned.
+
+The layer between `Membership` and `RunMachine`. A convicted peer is handled like any departed one
+(`_forget`): whatever it contributed to the open step is left out of its stage's average and booked
+lost there, so the step's books still balance, and its identity (join token and data-plane key) may
+not rejoin the run.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Any
+
+from server.policies.arbitration import (
+    CASE_TTL_S,
+    MAX_OPEN_CASES_PER_REPORTER,
+    Case,
+    Finding,
+    choose_referee,
+    judge,
+)
+from server.policies.averaging import out_of_proportion, per_sample_norm
+from server.swarm import decisions as do
+from server.swarm.members import Member
+from server.swarm.membership import Membership
+from server.swarm.step_cycle import Phase
+from swarmhub.status import PeerState
+from swarmhub.wire import (
+    FAULTY_CLOSE_CODE,
+    Arbitrate,
+    ArbitrationVerdict,
+    AveragingDone,
+    CheckTally,
+    ContributionNorm,
+    SpotCheckMismatch,
+)
+
+NORM_HISTORY = 64
+"""Accepted per-sample norms kept per stage: the reference when a round has fewer than three members."""
+CLOSE_REASON_CHARS = 120
+"""A websocket close reason holds at most 123 bytes."""
+
+
+class Verification(Membership):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cases: dict[int, Case] = {}
+        self._last_case_id = 0
+        self._rng = random.Random(self.spec.run_id)
+        self._contributions: dict[int, tuple[int, dict[int, list[ContributionNorm]]]] = {}
+        """Stage -> (attempt, member -> the contributions it reported in that averaging attempt)."""
+        self._norm_history: dict[int, deque[float]] = {}
+
+    # ---- what spot checks cost -------------------------------------------------------------------
+
+    def _count_checks(self, member: Member, tally: CheckTally) -> None:
+        before = member.check_tally
+        restarted = tally.calls < before.calls or tally.bytes < before.bytes or tally.seconds < before.seconds
+        if restarted:
+            before = CheckTally()
+        self.book.add_checks(
+            tally.calls - before.calls,
+            tally.bytes - before.bytes,
+            tally.seconds - before.seconds,
+            tally.largest_agreeing,
+        )
+        member.check_tally = tally
+
+    # ---- spot-check mismatches -------------------------------------------------------------------
+
+    def _mismatch(self, reporter: Member, message: SpotCheckMismatch, now: float) -> None:
+        checked = self.members.get(message.checked)
+        checker = self.members.get(message.checker)
+        if checked is None or checker is None or checked is checker:
+            return  # a party already left (or was removed): nothing to settle
+        if checked.stage != message.stage or checker.stage != message.stage:
+            return  # one of them moved since: its result was for a stage it no longer serves
+        if not (
+            self._had_reason_to_call(reporter, checked, now)
+            and self._had_reason_to_call(reporter, checker, now)
+        ):
+            self._strike(
+                reporter, "reported a spot-check mismatch between peers it had no reason to call", now
+            )
+            return
+        open_cases = sum(1 for case in self.cases.values() if case.reporter == reporter.peer_id)
+        if open_cases >= MAX_OPEN_CASES_PER_REPORTER:
+            self._strike(reporter, f"reported more than {open_cases} mismatches awaiting a verdict", now)
+            return
+        self._last_case_id += 1
+        case = Case(case_id=self._last_case_id, reporter=reporter.peer_id, mismatch=message, opened_at=now)
+        self.cases[case.case_id] = case
+        self._event(
+            "spot_check_mismatch",
+            f"{reporter.name} found {checked.name} and {checker.name} disagreeing on a stage {message.stage} "
+            f"{message.kind} call (discrepancy {message.discrepancy:.3g}, tolerance {message.tolerance:.3g})",
+            checked,
+            case_id=case.case_id,
+            stage=message.stage,
+            step=message.step,
+            checker=checker.peer_id,
+            reporter=reporter.peer_id,
+            discrepancy=message.discrepancy,
+            tolerance=message.tolerance,
+        )
+        self._name_referee(case)
+
+    def _name_referee(self, case: Case) -> None:
+        reporter = self.members.get(case.reporter)
+        if reporter is None:
+            return
+        referee = choose_referee((m.peer_id for m in self.ready(case.mismatch.stage)), case, self._rng)
+        if referee is None:
+            return  # no third peer of the stage yet; tried again on each tick until the case expires
+        case.referee = referee
+        self._send(
+            reporter,
+            Arbitrate(
+                case=case.mismatch.case, case_id=case.case_id, referee=self.members[referee].endpoint()
+            ),
+        )
+
+    def _verdict(self, referee: Member, message: ArbitrationVerdict, now: float) -> None:
+        case = self.cases.get(message.case_id)
+        if case is None or case.referee != referee.peer_id:
+            self._strike(
+                referee, f"sent a verdict on case {message.case_id} it was not asked to referee", now
+            )
+            return
+        del self.cases[case.case_id]
+        mismatch = case.mismatch
+        finding = judge(message)
+        data = {
+            "case_id": case.case_id,
+            "stage": mismatch.stage,
+            "step": mismatch.step,
+            "call_kind": mismatch.kind,
+            "checked": mismatch.checked,
+            "checker": mismatch.checker,
+            "referee": referee.peer_id,
+            "reporter": case.reporter,
+            "finding": finding.value,
+            "discrepancy_checked": message.discrepancy_checked,
+            "discrepancy_checker": message.discrepancy_checker,
+            "tolerance": message.tolerance,
+        }
+        if finding in (Finding.CHECKED_FAULTY, Finding.CHECKER_FAULTY):
+            guilty_id, honest_id = (
+                (mismatch.checked, mismatch.checker)
+                if finding == Finding.CHECKED_FAULTY
+                else (mismatch.checker, mismatch.checked)
+            )
+            off = (
+                message.discrepancy_checked
+                if finding == Finding.CHECKED_FAULTY
+                else message.discrepancy_checker
+            )
+            guilty = self.members.get(guilty_id)
+            if guilty is not None:
+                self._ban_faulty(
+                    guilty,
+                    f"its stage {mismatch.stage} {mismatch.kind} result for step {mismatch.step} disagreed "
+                    f"with peers {honest_id} and {referee.peer_id} (discrepancy {off:.3g}, tolerance "
+                    f"{message.tolerance:.3g})",
+                    now,
+                    **data,
+                )
+            return
+        reporter = self.members.get(case.reporter)
+        if finding == Finding.UNFOUNDED and reporter is not None:
+            self._strike(
+                reporter, f"reported a mismatch the referee found unfounded (case {case.case_id})", now
+            )
+        self._event(
+            f"spot_check_{finding.value}",
+            f"spot check case {case.case_id} on stage {mismatch.stage}: "
+            + (
+                "the referee agrees with both results; nobody is faulty"
+                if finding == Finding.UNFOUNDED
+                else f"not settled ({message.detail or 'the referee agrees with neither result'})"
+            ),
+            referee,
+            **data,
+        )
+
+    def _expire_cases(self, now: float) -> None:
+        for case in list(self.cases.values()):
+            if now - case.opened_at > CASE_TTL_S:
+                del self.cases[case.case_id]
+                why = "no third peer of the stage" if case.referee is None else "the referee never answered"
+                self._event(
+                    "spot_check_unresolved",
+                    f"spot check case {case.case_id} on stage {case.mismatch.stage} dropped: {why}",
+                    None,
+                    case_id=case.case_id,
+                    stage=case.mismatch.stage,
+                )
+            elif case.referee is None:
+                self._name_referee(case)
+
+    # ---- contributions at averaging --------------------------------------------------------------
+
+    def _averaging_reported(self, member: Member, message: AveragingDone, now: float) -> None:
+        """Keep a member's view of its round's contributions; once the round is complete, reject any
+        contribution out of all proportion to the samples it counts (before the step is applied: the
+        round is retried without its member)."""
+        round_ = self.rounds.get(message.stage)
+        if round_ is None or message.attempt != round_.attempt:
+            return
+        attempt, reports = self._contributions.get(message.stage, (round_.attempt, {}))
+        if attempt != round_.attempt:
+            reports = {}
+        reports[member.peer_id] = message.contributions
+        self._contributions[message.stage] = (round_.attempt, reports)
+        if not round_.complete() or self.phase != Phase.AVERAGING:
+            return
+        contributions: dict[int, tuple[float, int]] = {}
+        for contributor in round_.group:
+            # Each member's view of the contributor's sum, the contributor's own only as a last resort:
+            # receivers decode the same bytes, so their figures agree whatever the contributor claims.
+            views = [
+                c
+                for reporter, listed in reports.items()
+                if reporter != contributor
+                for c in listed
+                if c.peer_id == contributor
+            ] or [c for c in reports.get(contributor, []) if c.peer_id == contributor]
+            if views:
+                view = sorted(views, key=lambda c: c.norm_sq)[len(views) // 2]
+                contributions[contributor] = (view.norm_sq, self.book.samples_of(view.counted))
+        history = self._norm_history.setdefault(message.stage, deque(maxlen=NORM_HISTORY))
+        flagged = out_of_proportion(contributions, list(history))
+        del self._contributions[message.stage]
+        if not flagged:
+            history.extend(per_sample_norm(n, s) for n, s in contributions.values() if s > 0)
+            return
+        for peer_id, times in sorted(flagged.items()):
+            offender = self.members.get(peer_id)
+            if offender is None:
+                continue
+            norm_sq, samples = contributions[peer_id]
+            ratio = "with no samples counted" if times == float("inf") else f"{times:.0f}x the stage's norm"
+            self._ban_faulty(
+                offender,
+                f"its stage {message.stage} gradient for step {message.step} (norm {norm_sq**0.5:.4g} over "
+                f"{samples} samples) is {ratio} per sample",
+                now,
+                stage=message.stage,
+                step=message.step,
+                finding="out_of_proportion",
+                samples=samples,
+                norm=norm_sq**0.5,
+            )
+
+    # ---- verdicts --------------------------------------------------------------------------------
+
+    def _ban_faulty(self, target: Member, reason: str, now: float, **data: object) -> None:
+        """Remove a peer found computing wrong results, for good: its channel is closed, its tickets
+        revoked and its identity banned from the run; its share of the open step is lost."""
+        for case_id in [c.case_id for c in self.cases.values() if target.peer_id in _parties(c)]:
+            del self.cases[case_id]
+        self._out.append(
+            do.Close(
+                peer_id=target.peer_id,
+                code=FAULTY_CLOSE_CODE,
+                reason=f"banned: {reason}"[:CLOSE_REASON_CHARS],
+            )
+        )
+        self._event("peer_faulty", f"{target.name} banned as faulty: {reason}", target, **data)
+        self._forget(target, now)
+        self._depart(target, PeerState.BANNED, f"faulty: {reason}")
+
+
+def _parties(case: Case) -> set[int]:
+    return {case.mismatch.checked, case.mismatch.checker, case.reporter}
