@@ -20,6 +20,7 @@ export const EVENT_STYLES: Record<string, EventStyle> = {
   spot_check_mismatch: { icon: "≠", tone: "warn", label: "spot check: two peers disagree, a third referees" },
   peer_faulty: { icon: "⛔", tone: "fault", label: "peer banned for returning wrong results" },
   spot_check_unfounded: { icon: "=", tone: "ok", label: "spot check: the referee found both results right" },
+  spot_check_referee: { icon: "⚖", tone: "plain", label: "trusted verifier brought in to referee a spot check" },
   spot_check_unresolved: { icon: "?", tone: "warn", label: "spot check left unsettled" },
   peer_banned: { icon: "⊘", tone: "bad", label: "peer banned" },
 };

@@ -188,12 +188,22 @@ test("formatSeconds writes human units", () => {
 });
 
 test("spot-check events: a faulty peer stands out from a lost one and from a mere mismatch", () => {
-  const kinds = ["spot_check_mismatch", "peer_faulty", "spot_check_unfounded", "spot_check_unresolved", "peer_banned"];
+  const kinds = [
+    "spot_check_mismatch",
+    "spot_check_referee",
+    "peer_faulty",
+    "spot_check_unfounded",
+    "spot_check_unresolved",
+    "peer_banned",
+  ];
   for (const kind of kinds) assert.ok(kind in EVENT_STYLES, kind);
   assert.equal(eventStyle("peer_faulty").tone, "fault");
   assert.ok(eventStyle("peer_lost").tone !== "fault");
   assert.equal(eventStyle("spot_check_mismatch").tone, "warn");
   assert.equal(eventStyle("spot_check_unfounded").tone, "ok");
+  // Bringing in the owner's trusted verifier is routine: informational, not an alarm.
+  assert.equal(eventStyle("spot_check_referee").tone, "plain");
+  assert.ok(eventStyle("spot_check_referee").icon !== eventStyle("peer_joined").icon);
 });
 
 function metric(step: number, name: string, value: number): MetricOut {

@@ -124,6 +124,18 @@ def test_join_token_is_issued_shown_once_and_revoked(page, coordinator, owner_ap
     assert page.get_by_test_id("join-command").count() == 0
     tokens = owner_api.get(f"/api/runs/{run['id']}/tokens").json()
     assert len(tokens) == 1 and tokens[0]["revoked_at"] is not None
+    assert not tokens[0]["verifier"]
+
+    page.get_by_label("Token label").fill("my-own-box")
+    page.get_by_label("verifier token (for my own machines: trusted referees)").check()
+    page.get_by_role("button", name="Issue join token").click()
+    row = page.get_by_test_id("tokens-table").locator("tbody tr").filter(has_text="my-own-box")
+    row.get_by_test_id("verifier-badge").wait_for()
+    screenshot(page, "run-page-verifier-token")
+    # Unticked again, so that the next token, perhaps for someone else, is an ordinary one.
+    assert not page.get_by_label("verifier token (for my own machines: trusted referees)").is_checked()
+    tokens = owner_api.get(f"/api/runs/{run['id']}/tokens").json()
+    assert [t["verifier"] for t in tokens if t["label"] == "my-own-box"] == [True]
 
 
 def test_pause_and_resume_buttons_change_the_run_status(page, owner_api) -> None:

@@ -28,6 +28,19 @@ export function CopyButton({ text }: { text: string }) {
   );
 }
 
+/** Marks a verifier token, or a peer that joined with one (a trusted referee of spot checks). */
+export function VerifierBadge() {
+  return (
+    <span
+      className="badge badge-verifier"
+      data-testid="verifier-badge"
+      title="Verifier: the run owner's own machine, trusted to referee spot-check disputes."
+    >
+      verifier
+    </span>
+  );
+}
+
 /** Issue join tokens, show the one-line join command, revoke tokens. */
 export function JoinPanel({ runId }: { runId: number }) {
   const loaded = useLoad(
@@ -40,6 +53,7 @@ export function JoinPanel({ runId }: { runId: number }) {
   const [busy, setBusy] = useState(false);
   const [label, setLabel] = useState("");
   const [maxPeers, setMaxPeers] = useState("");
+  const [verifier, setVerifier] = useState(false);
   const error = actionError || loaded.error;
 
   async function issue() {
@@ -53,6 +67,7 @@ export function JoinPanel({ runId }: { runId: number }) {
             // Without a number the coordinator applies its own default.
             body: {
               label: label.trim(),
+              verifier,
               ...(maxPeers.trim() ? { max_peers: Number(maxPeers) } : {}),
             } as TokenCreate,
           }),
@@ -60,6 +75,8 @@ export function JoinPanel({ runId }: { runId: number }) {
       );
       setLabel("");
       setMaxPeers("");
+      // Unticked after each issue so that a token for someone else is never a verifier by accident.
+      setVerifier(false);
       loaded.reload();
     } catch (e) {
       setActionError(errorMessage(e));
@@ -117,6 +134,15 @@ export function JoinPanel({ runId }: { runId: number }) {
           {created ? "Issue another token" : "Issue join token"}
         </button>
       </div>
+      <label className="inline">
+        <input type="checkbox" checked={verifier} onChange={(e) => setVerifier(e.target.checked)} />
+        verifier token (for my own machines: trusted referees)
+      </label>
+      <p className="muted verifier-note">
+        Peers joining with a verifier token are trusted to referee spot checks: when the two peers of a stage
+        disagree, one is brought to that stage to settle it. Use it only on machines you run yourself; never
+        give one away.
+      </p>
       {error && <p className="error">{error}</p>}
       {active.length > 0 && (
         <table className="table compact" data-testid="tokens-table">
@@ -133,6 +159,7 @@ export function JoinPanel({ runId }: { runId: number }) {
                 <td>
                   #{token.id}
                   {token.label ? ` ${token.label}` : ""}
+                  {token.verifier && <VerifierBadge />}
                   <span className="muted"> · up to {token.max_peers} peers</span>
                 </td>
                 <td>{formatTime(token.created_at)}</td>

@@ -1,5 +1,6 @@
 import type { PeerOut } from "../generated/feed";
 import { formatAgo, formatNumber, linkRows } from "../format";
+import { VerifierBadge } from "./JoinPanel";
 
 const GONE = new Set(["left", "kicked", "banned"]);
 
@@ -35,6 +36,7 @@ function PeerCard({ peer, moving, names }: { peer: PeerOut; moving: boolean; nam
         <strong>{peer.name || `peer ${peer.id}`}</strong>
         <span className={`badge badge-${peer.state}`}>{peer.state}</span>
         {moving && <span className="badge badge-moving">moving</span>}
+        {peer.trusted && <VerifierBadge />}
         {peer.reachable === false && (
           <span
             className="badge badge-trainer-only"

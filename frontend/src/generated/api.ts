@@ -929,6 +929,8 @@ export interface components {
             state: components["schemas"]["PeerState"];
             /** Reachable */
             reachable: boolean | null;
+            /** Trusted */
+            trusted: boolean;
             /** Last Heartbeat */
             last_heartbeat: string | null;
             /**
@@ -1508,6 +1510,11 @@ export interface components {
              * @default 32
              */
             max_peers: number;
+            /**
+             * Verifier
+             * @default false
+             */
+            verifier: boolean;
         };
         /** TokenIssued */
         TokenIssued: {
@@ -1519,6 +1526,8 @@ export interface components {
             label: string;
             /** Max Peers */
             max_peers: number;
+            /** Verifier */
+            verifier: boolean;
             /**
              * Created At
              * Format: date-time
@@ -1541,6 +1550,8 @@ export interface components {
             label: string;
             /** Max Peers */
             max_peers: number;
+            /** Verifier */
+            verifier: boolean;
             /**
              * Created At
              * Format: date-time

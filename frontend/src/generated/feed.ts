@@ -110,6 +110,7 @@ export interface PeerOut {
   stage: number | null;
   state: PeerState;
   reachable: boolean | null;
+  trusted: boolean;
   last_heartbeat: string | null;
   joined_at: string;
   left_at: string | null;

@@ -1,5 +1,6 @@
 import { Fragment, useEffect, useState } from "react";
 import { call, client, errorMessage } from "../api";
+import { VerifierBadge } from "../components/JoinPanel";
 import { StatusBadge } from "../components/StatusBadge";
 import { UsersPanel } from "../components/UsersPanel";
 import { formatAgo, formatNumber, formatTime } from "../format";
@@ -42,7 +43,8 @@ function RunTokens({ runId }: { runId: number }) {
       {tokens.map((t) => (
         <li key={t.id}>
           token #{t.id}
-          {t.label ? ` ${t.label}` : ""} · issued {formatTime(t.created_at)}
+          {t.label ? ` ${t.label}` : ""}
+          {t.verifier && <VerifierBadge />} · issued {formatTime(t.created_at)}
           {t.revoked_at ? (
             <span className="muted"> · revoked {formatTime(t.revoked_at)}</span>
           ) : (
@@ -188,7 +190,9 @@ export function AdminPage({ me }: { me: UserOut }) {
             <tbody>
               {visiblePeers.map((peer) => (
                 <tr key={peer.id} data-testid="admin-peer" data-peer-id={peer.id} data-state={peer.state}>
-                  <td>{peer.name || `peer ${peer.id}`}</td>
+                  <td>
+                    {peer.name || `peer ${peer.id}`} {peer.trusted && <VerifierBadge />}
+                  </td>
                   <td>{runName.get(peer.run_id) ?? `#${peer.run_id}`}</td>
                   <td>{peer.stage ?? "—"}</td>
                   <td>
