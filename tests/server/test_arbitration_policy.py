@@ -57,6 +57,35 @@ def test_the_draw_does_not_depend_on_the_order_candidates_come_in() -> None:
     assert forward == backward
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_a_trusted_eligible_peer_is_always_preferred(seed: int) -> None:
+    candidates = [CHECKED, CHECKER, REPORTER, 4, 5, 6, 7]
+    assert choose_referee(candidates, case(), random.Random(seed), trusted=frozenset({6})) == 6
+
+
+def test_the_referee_is_drawn_among_the_trusted_when_there_are_several() -> None:
+    rng = random.Random(77)
+    trusted = frozenset({5, 7})
+    drawn = [choose_referee([CHECKED, CHECKER, 4, 5, 6, 7], case(), rng, trusted=trusted) for _ in range(200)]
+    assert set(drawn) == {5, 7}
+    assert all(drawn.count(p) >= 50 for p in (5, 7))
+
+
+@pytest.mark.parametrize("involved", [CHECKED, CHECKER, REPORTER])
+@pytest.mark.parametrize("seed", range(10))
+def test_an_involved_trusted_peer_never_referees(involved: int, seed: int) -> None:
+    referee = choose_referee(
+        [CHECKED, CHECKER, REPORTER, 4, 5], case(), random.Random(seed), trusted=frozenset({involved})
+    )
+    assert referee in (4, 5)
+
+
+def test_a_trusted_peer_that_is_not_a_candidate_is_not_drawn() -> None:
+    # Trusted but not a ready peer of the stage: it cannot referee there.
+    assert choose_referee([CHECKED, CHECKER, 4], case(), random.Random(0), trusted=frozenset({9})) == 4
+    assert choose_referee([CHECKED, CHECKER], case(), random.Random(0), trusted=frozenset({9})) is None
+
+
 @pytest.mark.parametrize(
     ("valid", "agrees_with_checked", "agrees_with_checker", "finding"),
     [
