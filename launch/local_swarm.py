@@ -181,13 +181,20 @@ class LocalSwarm:
         if response.status_code >= 400:
             raise RuntimeError(f"run rejected: {response.text}")
         run = response.json()
-        token = self.client.post(f"/api/runs/{run['id']}/tokens", json={"label": "local"})
-        token.raise_for_status()
-        self.token = token.json()["token"]
-        self.join_command = token.json()["join_command"]
+        issued = self.issue_token(run["id"], label="local")
+        self.token = issued["token"]
+        self.join_command = issued["join_command"]
         return run
 
-    def start_peer(self, *options: str) -> PeerProcess:
+    def issue_token(self, run_id: int, **body: Any) -> dict[str, Any]:
+        """A new join token of the run (`verifier=True`: for the owner's own trusted peers)."""
+        response = self.client.post(f"/api/runs/{run_id}/tokens", json=body)
+        response.raise_for_status()
+        issued: dict[str, Any] = response.json()
+        return issued
+
+    def start_peer(self, *options: str, token: str | None = None) -> PeerProcess:
+        """A peer joining with the run's token (or `token`), with extra `swarmhub-peer join` options."""
         index = len(self.peers)
         log_path = self.workdir / f"peer-{index}.log"
         log = open(log_path, "ab")  # noqa: SIM115 - owned by the child process
@@ -199,7 +206,7 @@ class LocalSwarm:
                 # address on that route for these peers, which other machines can dial.
                 self.public_url or self.url,
                 "--token",
-                self.token,
+                token or self.token,
                 "--name",
                 f"local-{index}",
                 *options,

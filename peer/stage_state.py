@@ -2,7 +2,8 @@
 
 On a `StageAssignment` the state comes from the first offered live peer of the stage that answers,
 else from the stage checkpoint named, else from the seeded initialization (which every peer of the
-stage builds identically). The peer then reports `StageReady` with where the state came from.
+stage builds identically); a trusted referee checks a copy against a second source's. The peer then
+reports `StageReady` with where the state came from.
 """
 
 from __future__ import annotations
@@ -11,9 +12,18 @@ import logging
 from typing import Literal
 
 import httpx
+import torch
+from torch import Tensor
 
 from swarmhub.presets import get_preset
-from swarmhub.wire import CheckpointRequest, PeerUnreachable, StageAssignment, StageLoadFailed, StageReady
+from swarmhub.wire import (
+    CheckpointRequest,
+    PeerEndpoint,
+    PeerUnreachable,
+    StageAssignment,
+    StageLoadFailed,
+    StageReady,
+)
 
 from .averaging import Averager
 from .checkpoint_client import CheckpointError, download_stage_checkpoint, upload_stage_checkpoint
@@ -74,37 +84,63 @@ async def load_stage(peer: JoinedPeer, assignment: StageAssignment, averager: Av
 
 
 async def _copy_state(peer: JoinedPeer, worker: StageWorker, assignment: StageAssignment) -> None:
-    """Copy the stage's parameters and optimizer state from the first offered peer that answers."""
+    """Copy the stage's parameters and optimizer state from the first offered peer that answers; asked
+    to corroborate, also from the next one, and refuse the state unless both copies are identical."""
     request = FetchState(
         run_id=peer.run.run_id, sender=peer.peer_id, stage=assignment.stage, step=assignment.step
     )
-    timeout = transfer_timeout_s(peer.frame_limits.state)
-    problems = []
+    wanted = 2 if assignment.corroborate and len(assignment.state_sources) >= 2 else 1
+    problems: list[str] = []
+    copies: list[tuple[int, int, dict[str, Tensor]]] = []
     for source in assignment.state_sources:
-        try:
-            frame, sent = assemble_call(request, encode_payload(None), peer.signer, source.peer_id)
-            reply = await peer.pool.request(source.address, frame, timeout)
-        except TransportError as exc:
-            if not isinstance(exc, UnlistedAddress):
-                await peer.control.send(PeerUnreachable(peer_id=source.peer_id, reason=str(exc)[:500]))
-            problems.append(f"peer {source.peer_id}: {exc}")
+        fetched = await _fetch_state(peer, source, request)
+        if isinstance(fetched, str):
+            problems.append(f"peer {source.peer_id}: {fetched}")
             continue
-        try:
-            # Only the offered peer's signed answer to this request: a forged state would poison the stage.
-            header, tensors = open_reply(
-                reply, max_bytes=peer.frame_limits.for_kind, verifier=peer.server.verifier, call=sent
-            )
-        except (FrameError, AuthError) as exc:
-            problems.append(f"peer {source.peer_id}: {exc}")
-            continue
-        if isinstance(header, StateReply):
-            step = header.step
+        copies.append((source.peer_id, *fetched))
+        if len(copies) == wanted:
             break
-        refusal = header.error if isinstance(header, ErrorReply) else f"unexpected {header.kind} reply"
-        problems.append(f"peer {source.peer_id}: {refusal}")
     else:
-        raise StageLoadError(f"no offered peer gave its state: {'; '.join(problems)}")
+        raise StageLoadError(f"no {wanted} offered peers gave their state: {'; '.join(problems)}")
+    if wanted == 2 and not _same_state(copies[0], copies[1]):
+        raise StageLoadError(
+            f"the states of peers {copies[0][0]} and {copies[1][0]} differ: one of them holds wrong weights"
+        )
+    _, step, tensors = copies[0]
     await peer.server.compute(lambda: worker.import_state(tensors, step))
+
+
+async def _fetch_state(
+    peer: JoinedPeer, source: PeerEndpoint, request: FetchState
+) -> tuple[int, dict[str, Tensor]] | str:
+    """`source`'s state (its step and tensors), or what went wrong."""
+    try:
+        frame, sent = assemble_call(request, encode_payload(None), peer.signer, source.peer_id)
+        reply = await peer.pool.request(source.address, frame, transfer_timeout_s(peer.frame_limits.state))
+    except TransportError as exc:
+        if not isinstance(exc, UnlistedAddress):
+            await peer.control.send(PeerUnreachable(peer_id=source.peer_id, reason=str(exc)[:500]))
+        return str(exc)
+    try:
+        # Only the offered peer's signed answer to this request: a forged state would poison the stage.
+        header, tensors = open_reply(
+            reply, max_bytes=peer.frame_limits.for_kind, verifier=peer.server.verifier, call=sent
+        )
+    except (FrameError, AuthError) as exc:
+        return str(exc)
+    if isinstance(header, StateReply):
+        return header.step, tensors
+    return header.error if isinstance(header, ErrorReply) else f"unexpected {header.kind} reply"
+
+
+def _same_state(a: tuple[int, int, dict[str, Tensor]], b: tuple[int, int, dict[str, Tensor]]) -> bool:
+    _, step_a, state_a = a
+    _, step_b, state_b = b
+    return (
+        step_a == step_b
+        and state_a.keys() == state_b.keys()
+        and all(torch.equal(state_a[k], state_b[k]) for k in state_a)
+    )
 
 
 async def _restore_checkpoint(

@@ -155,6 +155,7 @@ class LiveSwarm:
             requested_stage=peer.requested_stage,
             fingerprint=peer.tls_fingerprint,
             probe_problem=await self._probe(link),
+            trusted=peer.trusted,
         )
         machine = self._machines.get(run.id) or self._new_machine(run, updates)
         async with self._locks[run.id]:
@@ -304,6 +305,7 @@ class LiveSwarm:
                 state_sources=list(decision.state_sources),
                 checkpoint_step=checkpoint_step,
                 apply=decision.apply,
+                corroborate=decision.corroborate,
             )
             link.send(message.model_dump_json())
 

@@ -188,6 +188,9 @@ class JoinToken(Base):
     label: Mapped[str] = mapped_column(sa.String(100), default="")
     max_peers: Mapped[int] = mapped_column(default=DEFAULT_PEERS_PER_TOKEN)
     """How many peers this token may register; one token cannot mint an unbounded swarm."""
+    verifier: Mapped[bool] = mapped_column(default=False)
+    """Its peers are the owner's own, trusted to referee spot-check disputes
+    (`server/swarm/verification.py`)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None]
 
@@ -205,6 +208,8 @@ class Peer(Base):
     """SHA-256 (hex) of its data-plane certificate; empty for a plain ws data plane."""
     reachable: Mapped[bool | None]
     """What the coordinator's last probe of its data plane found (None: not probed yet)."""
+    trusted: Mapped[bool] = mapped_column(default=False)
+    """Registered with a verifier token: a referee whose word settles a dispute of two peers."""
     link_rates: Mapped[dict[str, float] | None] = mapped_column(sa.JSON)
     """Data-plane rates it measured to other peers (peer id -> bytes/s), from its heartbeats."""
     device: Mapped[str] = mapped_column(sa.String(16))

@@ -121,6 +121,9 @@ class TokenCreate(Body):
     label: str = Field(default="", max_length=100)
     max_peers: int = Field(default=DEFAULT_PEERS_PER_TOKEN, ge=1, le=10_000)
     """How many peers this token may register (give each participant their own token)."""
+    verifier: bool = False
+    """For machines you run yourself: their peers are trusted referees of spot-check disputes, brought
+    to a stage whose two peers disagree (a stage of three or more needs none). Never give one away."""
 
 
 class TokenOut(Out):
@@ -128,6 +131,7 @@ class TokenOut(Out):
     run_id: int
     label: str
     max_peers: int
+    verifier: bool
     created_at: datetime
     revoked_at: datetime | None
 
@@ -158,6 +162,8 @@ class PeerOut(Out):
     reachable: bool | None
     """Whether the coordinator reached its data plane where it announced it (None: not probed yet).
     A peer that cannot be reached trains only."""
+    trusted: bool
+    """Registered with a verifier token: the owner's own peer, a trusted referee."""
     last_heartbeat: datetime | None
     joined_at: datetime
     left_at: datetime | None

@@ -315,6 +315,10 @@ class StageAssignment(Message):
     """The recorded update of step `step - 1` for this stage. A peer whose state is at `step - 1`
     and still holds that step's averaged gradient (its coordinator went down before telling it to
     apply) applies it instead of copying the stage."""
+    corroborate: bool = False
+    """With two or more sources, copy the state from one and check it against a second's: honest
+    members of a stage hold bit-identical states. Asked of trusted referees (verifier tokens), so a
+    party to a dispute cannot hand its referee wrong weights."""
 
 
 class SwarmView(Message):

@@ -1,8 +1,10 @@
 """Spot-check arbitration: who referees a mismatch, and what a referee's verdict means.
 
 A trainer found two peers of a stage disagreeing on one call (`peer/spot_checks.py`); a third peer of
-the stage, chosen by the coordinator at random among those not involved, recomputes the call from the
-signed evidence. The peer the referee disagrees with, while agreeing with the other, is faulty.
+the stage, chosen by the coordinator at random among those not involved (the owner's trusted verifier
+peers first), recomputes the call from the signed evidence. The peer the referee disagrees with,
+while agreeing with the other, is faulty. A stage of two has no third peer: a trusted verifier peer
+is brought to it, and checks the state it copies against both parties' before it referees.
 """
 
 from __future__ import annotations
@@ -38,14 +40,22 @@ class Case:
     opened_at: float
     referee: int | None = None
     """None until a referee is named (the stage may have no third peer yet)."""
+    recruited: int | None = None
+    """A trusted peer brought to the stage to referee, while it loads the stage."""
 
 
-def choose_referee(candidates: Iterable[int], case: Case, rng: random.Random) -> int | None:
+def choose_referee(
+    candidates: Iterable[int], case: Case, rng: random.Random, trusted: frozenset[int] = frozenset()
+) -> int | None:
     """A peer of the stage that is neither party nor the reporter, drawn at random so that nobody can
-    arrange to referee their own dispute."""
-    involved = {case.mismatch.checked, case.mismatch.checker, case.reporter}
-    eligible = sorted(set(candidates) - involved)
-    return rng.choice(eligible) if eligible else None
+    arrange to referee their own dispute; a `trusted` one (the owner's own) if there is one."""
+    eligible = sorted(set(candidates) - involved_in(case))
+    pool = [peer for peer in eligible if peer in trusted] or eligible
+    return rng.choice(pool) if pool else None
+
+
+def involved_in(case: Case) -> set[int]:
+    return {case.mismatch.checked, case.mismatch.checker, case.reporter}
 
 
 def judge(verdict: ArbitrationVerdict) -> Finding:

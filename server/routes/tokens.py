@@ -37,7 +37,9 @@ def issue_token(
 ) -> TokenIssued:
     run = runs.get_run_for(session, caller.user, run_id)
     body = body or TokenCreate()
-    token, plaintext = tokens.issue_token(session, run, label=body.label, max_peers=body.max_peers)
+    token, plaintext = tokens.issue_token(
+        session, run, label=body.label, max_peers=body.max_peers, verifier=body.verifier
+    )
     commit_and_publish(session, feed)
     return TokenIssued(
         **TokenOut.model_validate(token).model_dump(),

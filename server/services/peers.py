@@ -106,6 +106,7 @@ def register_peer(session: Session, registration: PeerRegistration, seen_from: s
         state=PeerState.JOINING,
         credential_hash=token_hash(credential),
         join_token_id=token.id,
+        trusted=token.verifier,
     )
     session.add(peer)
     session.flush()

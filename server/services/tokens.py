@@ -16,21 +16,26 @@ from server.services.runs import JOINABLE_STATUSES
 JOIN_TOKEN_PREFIX = "swh_"
 
 
-def issue_token(session: Session, run: Run, *, label: str, max_peers: int) -> tuple[JoinToken, str]:
+def issue_token(
+    session: Session, run: Run, *, label: str, max_peers: int, verifier: bool = False
+) -> tuple[JoinToken, str]:
     """A new token for the run; returns the row and the plaintext, which is not stored."""
     if run.status not in JOINABLE_STATUSES:
         raise Conflict(f"run is {run.status}; it accepts no new peers")
     # The prefix names what it is and keeps a token from starting with '-', which a shell
     # command line (`swarmhub-peer join URL --token ...`) would take for an option.
     plaintext = JOIN_TOKEN_PREFIX + secrets.token_urlsafe(24)
-    token = JoinToken(run_id=run.id, token_hash=token_hash(plaintext), label=label, max_peers=max_peers)
+    token = JoinToken(
+        run_id=run.id, token_hash=token_hash(plaintext), label=label, max_peers=max_peers, verifier=verifier
+    )
     session.add(token)
     session.flush()
     record_event(
         session,
         run_id=run.id,
         kind="token_issued",
-        message=f"join token {token.id} issued" + (f" ({label})" if label else ""),
+        message=f"{'verifier' if verifier else 'join'} token {token.id} issued"
+        + (f" ({label})" if label else ""),
         data={"token_id": token.id},
     )
     return token, plaintext

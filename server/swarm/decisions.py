@@ -43,6 +43,8 @@ class AssignStage:
     state_sources: tuple[PeerEndpoint, ...]
     apply: ApplyStep | None
     """The recorded update of step - 1 for this stage, for a peer still holding its averaged gradient."""
+    corroborate: bool = False
+    """Check the copied state against a second source's before serving (`StageAssignment.corroborate`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,6 +25,8 @@ class PeerJoined:
     """SHA-256 of its data-plane certificate (empty: plain ws)."""
     probe_problem: str | None
     """What went wrong when the coordinator dialled its data plane; None: it answered."""
+    trusted: bool = False
+    """Registered with the owner's verifier token: a trusted referee."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -45,6 +45,9 @@ class Member:
     """Peers it was told to copy its stage from, the last time it was assigned one."""
     observed: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=OBSERVATIONS_KEPT))
     """(trainer, samples per second) of its recent calls as trainers timed them."""
+    trusted: bool = False
+    """The owner's own peer (verifier token): preferred as referee, and brought to a stage of two whose
+    peers disagree."""
     strikes: int = 0
     """Reports the coordinator could not accept (another's microbatch, reports it had no reason to make)."""
     check_tally: CheckTally = field(default_factory=CheckTally)

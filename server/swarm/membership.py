@@ -77,6 +77,7 @@ class Membership(StepCycle):
             throughput=event.throughput,
             last_seen=event.now,
             fingerprint=event.fingerprint,
+            trusted=event.trusted,
         )
         self.members[member.peer_id] = member
         self._send(
@@ -140,6 +141,8 @@ class Membership(StepCycle):
                 reason=reason,
                 state_sources=tuple(m.endpoint() for m in sources),
                 apply=apply if apply is not None and apply.step == step - 1 else None,
+                # A trusted referee must not take a party's word for the stage's weights.
+                corroborate=member.trusted,
             )
         )
 

@@ -19,6 +19,7 @@ from server.policies.arbitration import (
     Case,
     Finding,
     choose_referee,
+    involved_in,
     judge,
 )
 from server.policies.averaging import out_of_proportion, per_sample_norm
@@ -105,15 +106,21 @@ class Verification(Membership):
             discrepancy=message.discrepancy,
             tolerance=message.tolerance,
         )
-        self._name_referee(case)
+        self._name_referee(case, now)
 
-    def _name_referee(self, case: Case) -> None:
+    def _name_referee(self, case: Case, now: float) -> None:
         reporter = self.members.get(case.reporter)
         if reporter is None:
             return
-        referee = choose_referee((m.peer_id for m in self.ready(case.mismatch.stage)), case, self._rng)
+        ready = self.ready(case.mismatch.stage)
+        referee = choose_referee(
+            (m.peer_id for m in ready), case, self._rng, frozenset(m.peer_id for m in ready if m.trusted)
+        )
         if referee is None:
-            return  # no third peer of the stage yet; tried again on each tick until the case expires
+            # No third peer of the stage: bring a trusted one; tried again on each tick until the case
+            # has a referee or expires.
+            self._recruit_verifier(case, now)
+            return
         case.referee = referee
         self._send(
             reporter,
@@ -121,6 +128,43 @@ class Verification(Membership):
                 case=case.mismatch.case, case_id=case.case_id, referee=self.members[referee].endpoint()
             ),
         )
+
+    def _recruit_verifier(self, case: Case, now: float) -> None:
+        """Assign a trusted peer (verifier token) to the case's stage so it can referee once loaded; it
+        copies the stage's state from both parties and serves only if their states agree."""
+        stage = case.mismatch.stage
+        recruited = self.members.get(case.recruited) if case.recruited is not None else None
+        if recruited is not None and recruited.stage == stage:
+            return  # still loading the stage
+        # A verifier already brought to, or named in, another case stays there: taken back and forth it
+        # would never finish loading either stage.
+        others = [c for c in self.cases.values() if c is not case]
+        engaged = {c.recruited for c in others} | {c.referee for c in others}
+        candidates = [
+            m
+            for m in self.members.values()
+            if m.trusted
+            and m.reachable
+            and m.peer_id not in involved_in(case)
+            and m.peer_id not in engaged
+            and m.stage != stage
+            # Taking it must not leave its own stage without a peer.
+            and (m.stage is None or not m.ready or len(self.ready(m.stage)) >= 2)
+        ]
+        if not candidates:
+            return
+        verifier = min(candidates, key=lambda m: m.peer_id)
+        case.recruited = verifier.peer_id
+        self._event(
+            "spot_check_referee",
+            f"{verifier.name} (trusted verifier) brought to stage {stage} to referee spot-check case "
+            f"{case.case_id}: the stage has no third peer",
+            verifier,
+            case_id=case.case_id,
+            stage=stage,
+        )
+        self._assign(verifier, stage, f"to referee spot-check case {case.case_id}", now)
+        self._send_view(now)
 
     def _verdict(self, referee: Member, message: ArbitrationVerdict, now: float) -> None:
         case = self.cases.get(message.case_id)
@@ -198,7 +242,7 @@ class Verification(Membership):
                     stage=case.mismatch.stage,
                 )
             elif case.referee is None:
-                self._name_referee(case)
+                self._name_referee(case, now)
 
     # ---- contributions at averaging --------------------------------------------------------------
 
@@ -259,7 +303,7 @@ class Verification(Membership):
     def _ban_faulty(self, target: Member, reason: str, now: float, **data: object) -> None:
         """Remove a peer found computing wrong results, for good: its channel is closed, its tickets
         revoked and its identity banned from the run; its share of the open step is lost."""
-        for case_id in [c.case_id for c in self.cases.values() if target.peer_id in _parties(c)]:
+        for case_id in [c.case_id for c in self.cases.values() if target.peer_id in involved_in(c)]:
             del self.cases[case_id]
         self._out.append(
             do.Close(
@@ -271,7 +315,3 @@ class Verification(Membership):
         self._event("peer_faulty", f"{target.name} banned as faulty: {reason}", target, **data)
         self._forget(target, now)
         self._depart(target, PeerState.BANNED, f"faulty: {reason}")
-
-
-def _parties(case: Case) -> set[int]:
-    return {case.mismatch.checked, case.mismatch.checker, case.reporter}

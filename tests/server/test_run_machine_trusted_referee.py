@@ -164,10 +164,6 @@ def stage_one_mismatch(case: int) -> SpotCheckMismatch:
     return mismatch(case=case, checked=4, checker=5).model_copy(update={"stage": 1})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: two cases on different stages of two take the one verifier from each other on every tick",
-)
 def test_one_verifier_wanted_by_two_stages_of_two_is_not_passed_back_and_forth():
     swarm = swarm_of({0: {2: False, 3: False}, 1: {4: False, 5: False}, 2: {6: True, 7: False}})
     out = swarm.say(TRAINER, mismatch(case=1))
@@ -179,9 +175,6 @@ def test_one_verifier_wanted_by_two_stages_of_two_is_not_passed_back_and_forth()
         assert assignments(out) == [], [(a.peer_id, a.stage) for a in assignments(out)]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: a verifier named referee of an open case is recruited away to another stage"
-)
 def test_a_named_referee_is_not_recruited_away_from_its_case():
     swarm = swarm_of({0: {2: False, 3: False}, 1: {4: False, 5: False}, 2: {6: True, 7: False}})
     swarm.say(TRAINER, mismatch(case=1))

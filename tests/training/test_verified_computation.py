@@ -128,3 +128,41 @@ def test_stale_weights_and_a_scaled_gradient_are_caught() -> None:
     assert findings["local-0"] in ("checked_faulty", "checker_faulty")
     assert findings["local-3"] == "out_of_proportion"
     assert_books_balance(result["steps"], result["events"], DEMO_RUN["num_stages"])
+
+
+@pytest.mark.timeout(600)
+def test_a_stage_of_two_is_refereed_by_the_owners_trusted_verifier_peer() -> None:
+    """Stage 0 has only the faulty peer and one honest one: no third peer to referee. The owner's
+    verifier peer (its own token) serves stage 1 and is brought to stage 0, copies the stage from
+    both parties (their weights agree: the noise is in the outputs), referees, and the faulty peer
+    is banned."""
+    swarm = LocalSwarm(heartbeat_timeout_s=5)
+    try:
+        swarm.start()
+        run = swarm.create_run(
+            name="two on a stage", max_steps=50, rebalance=False, **{**INT8, "spot_check_fraction": 1.0}
+        )
+        run_id = run["id"]
+        verifier_token = swarm.issue_token(run_id, label="my own machine", verifier=True)["token"]
+        swarm.start_peer("--stage", "0", "--fault", "noise:0.05")
+        swarm.start_peer("--stage", "0")
+        swarm.start_peer("--stage", "1")
+        swarm.start_peer("--stage", "1")
+        swarm.start_peer("--stage", "1", token=verifier_token)
+        try:
+            steps = swarm.wait_for_steps(run_id, 50, timeout_s=WAIT_S)
+        except (TimeoutError, RuntimeError) as exc:
+            raise AssertionError(f"{exc}\n{swarm.logs()}") from None
+        events = swarm.events(run_id)
+        peers = {p["name"]: p for p in swarm.peer_rows(run_id)}
+        logs = swarm.logs()
+    finally:
+        swarm.stop()
+    assert peers["local-4"]["trusted"] and not peers["local-0"]["trusted"]
+    recruited = [e for e in events if e["kind"] == "spot_check_referee"]
+    banned = [e for e in events if e["kind"] == "peer_faulty"]
+    assert recruited and recruited[0]["peer_id"] == peers["local-4"]["id"], (recruited, logs)
+    assert len(banned) == 1 and banned[0]["peer_id"] == peers["local-0"]["id"], (banned, logs)
+    assert banned[0]["data"]["referee"] == peers["local-4"]["id"]
+    assert peers["local-4"]["stage"] == 0 and peers["local-4"]["state"] == "active"
+    assert_books_balance(steps, events, DEMO_RUN["num_stages"])
