@@ -19,6 +19,7 @@ export const EVENT_STYLES: Record<string, EventStyle> = {
   run_finished: { icon: "✔", tone: "ok", label: "run finished" },
   spot_check_mismatch: { icon: "≠", tone: "warn", label: "spot check: two peers disagree, a third referees" },
   peer_faulty: { icon: "⛔", tone: "fault", label: "peer banned for returning wrong results" },
+  contribution_rejected: { icon: "⊖", tone: "warn", label: "gradient out of proportion to its samples: left out of the step" },
   spot_check_unfounded: { icon: "=", tone: "ok", label: "spot check: the referee found both results right" },
   spot_check_referee: { icon: "⚖", tone: "plain", label: "trusted verifier brought in to referee a spot check" },
   spot_check_unresolved: { icon: "?", tone: "warn", label: "spot check left unsettled" },

@@ -48,6 +48,8 @@ class Member:
     trusted: bool = False
     """The owner's own peer (verifier token): preferred as referee, and brought to a stage of two whose
     peers disagree."""
+    rejected_rounds: int = 0
+    """Averaging rounds in a row whose contribution from it was out of proportion and left out."""
     strikes: int = 0
     """Reports the coordinator could not accept (another's microbatch, reports it had no reason to make)."""
     check_tally: CheckTally = field(default_factory=CheckTally)

@@ -1,5 +1,6 @@
 """Verified computation: spot-check mismatches refereed by a third peer, contributions checked against
-the samples they count, and the peer found wrong banned.
+the samples they count (rejected, and their member banned when it keeps happening), and the peer
+found wrong banned.
 
 The layer between `Membership` and `RunMachine`. A convicted peer is handled like any departed one
 (`_forget`): whatever it contributed to the open step is left out of its stage's average and booked
@@ -38,6 +39,11 @@ from swarmhub.wire import (
     SpotCheckMismatch,
 )
 
+REJECTIONS_TO_BAN = 3
+"""Rounds in a row whose contribution was rejected before its member is banned. One rejected round
+can befall an honest member: gradients of microbatches that another, faulty, peer's outputs poisoned
+upstream are large too (seen in bench/verification.py with a noisy peer before spot checks caught
+it); a liar that scales its contribution is rejected every round."""
 NORM_HISTORY = 64
 """Accepted per-sample norms kept per stage: the reference when a round has fewer than three members."""
 CLOSE_REASON_CHARS = 120
@@ -277,26 +283,47 @@ class Verification(Membership):
         history = self._norm_history.setdefault(message.stage, deque(maxlen=NORM_HISTORY))
         flagged = out_of_proportion(contributions, list(history))
         del self._contributions[message.stage]
+        for peer_id in contributions.keys() - flagged.keys():
+            if peer_id in self.members:
+                self.members[peer_id].rejected_rounds = 0
         if not flagged:
             history.extend(per_sample_norm(n, s) for n, s in contributions.values() if s > 0)
             return
+        rejected = []
         for peer_id, times in sorted(flagged.items()):
             offender = self.members.get(peer_id)
             if offender is None:
                 continue
             norm_sq, samples = contributions[peer_id]
             ratio = "with no samples counted" if times == float("inf") else f"{times:.0f}x the stage's norm"
-            self._ban_faulty(
-                offender,
+            why = (
                 f"its stage {message.stage} gradient for step {message.step} (norm {norm_sq**0.5:.4g} over "
-                f"{samples} samples) is {ratio} per sample",
-                now,
-                stage=message.stage,
-                step=message.step,
-                finding="out_of_proportion",
-                samples=samples,
-                norm=norm_sq**0.5,
+                f"{samples} samples) is {ratio} per sample"
             )
+            data = {"stage": message.stage, "step": message.step, "samples": samples, "norm": norm_sq**0.5}
+            offender.rejected_rounds += 1
+            if offender.rejected_rounds >= REJECTIONS_TO_BAN:
+                self._ban_faulty(
+                    offender,
+                    f"{why}; rejected {offender.rejected_rounds} rounds in a row",
+                    now,
+                    finding="out_of_proportion",
+                    **data,
+                )
+                continue
+            offender.ready = False
+            offender.waiting_reason = "its gradient was rejected; copying the stage again"
+            rejected.append(offender.peer_id)
+            self._event(
+                "contribution_rejected",
+                f"{offender.name}: {why}; left out of the step ({offender.rejected_rounds} in a row, "
+                f"banned at {REJECTIONS_TO_BAN})",
+                offender,
+                rejected_in_a_row=offender.rejected_rounds,
+                **data,
+            )
+        if rejected and message.stage in self.rounds:
+            self._restart_round(message.stage, frozenset(rejected), now)
 
     # ---- verdicts --------------------------------------------------------------------------------
 
