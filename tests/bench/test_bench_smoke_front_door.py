@@ -8,26 +8,17 @@ Memory and latency figures are recorded, never asserted.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.smoke_runner import run_smoke
+
 pytestmark = pytest.mark.slow
 
 
 def test_front_door_smoke_refuses_every_attack_and_keeps_serving(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.front_door", "--smoke", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    run_smoke("bench.front_door", tmp_path, timeout_s=240)
     [path] = tmp_path.glob("front_door_smoke_*.json")
     report = json.loads(path.read_text())
     phases = {row["phase"]: row for row in report["rows"]}

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bench.smoke_runner import run_smoke
 from tests.required import require_all
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 # The coordinator's load is measured on PostgreSQL, as deployed; SQLite only where no server is
@@ -27,22 +24,7 @@ LOAD_DATABASE = "postgres" if POSTGRES_URL else "sqlite"
 
 
 def _run(module: str, out: Path, *extra: str) -> dict:
-    # Its own session, so a benchmark that overruns is stopped with the coordinator it started.
-    process = subprocess.Popen(
-        [sys.executable, "-m", module, "--smoke", "--out", str(out), *extra],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        pytest.fail(f"{module} --smoke ran past 120 s:\n{stdout[-3000:]}{stderr[-3000:]}")
-    assert process.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    run_smoke(module, out, *extra, timeout_s=120)
     (json_path,) = out.glob("*.json")
     assert json_path.with_suffix(".png").exists()
     payload = json.loads(json_path.read_text())

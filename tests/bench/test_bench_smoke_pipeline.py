@@ -8,29 +8,19 @@ never asserted, except the GPipe-equals-one-process loss check, which is exact a
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench.baselines import TrainConfig
 from bench.compression import averaging_bytes_per_step
+from tests.bench.smoke_runner import run_smoke
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
 def _run(name: str, out: Path) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-m", f"bench.{name}", "--smoke", "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert result.returncode == 0, f"bench.{name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    run_smoke(f"bench.{name}", out, timeout_s=240)
     jsons = list(out.glob(f"{name}_*.json"))
     assert len(jsons) == 1, f"expected one {name} JSON in {out}, found {jsons}"
     assert jsons[0].with_suffix(".png").is_file(), "the plot was not written"

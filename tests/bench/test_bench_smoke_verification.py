@@ -7,27 +7,18 @@ Figures are timings on a shared machine and are never asserted.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.smoke_runner import run_smoke
+
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(400)
 def test_verification_smoke_writes_throughput_and_detection_rows(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.verification", "--smoke", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=360,
-        check=False,
-    )
-    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    run_smoke("bench.verification", tmp_path, timeout_s=360)
     [path] = tmp_path.glob("verification_smoke_*.json")
     assert path.with_suffix(".png").is_file()
     payload = json.loads(path.read_text())

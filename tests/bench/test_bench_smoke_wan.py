@@ -8,16 +8,14 @@ skips with the reason where namespaces cannot be made (fails under SWARMHUB_TEST
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bench.smoke_runner import run_smoke
 from tests.multihost.netns import available
 from tests.required import unavailable
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
@@ -25,15 +23,7 @@ def test_wan_smoke_writes_a_cell(tmp_path: Path) -> None:
     reason = available()
     if reason is not None:
         unavailable(f"cannot make separate hosts out of network namespaces: {reason}")
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.wan", "--smoke", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
-    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    run_smoke("bench.wan", tmp_path, timeout_s=280)
     [path] = tmp_path.glob("wan_smoke_*.json")
     assert path.with_suffix(".png").is_file()
     payload = json.loads(path.read_text())
