@@ -56,7 +56,6 @@ class SpotChecker:
         self.max_frame_bytes = max_frame_bytes
         self.rng = rng or random.Random()
         self.tally = CheckTally()
-        self.mismatches = 0
         self._evidence: OrderedDict[int, tuple[SpotCheckMismatch, Evidence]] = OrderedDict()
         self._cases = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -130,7 +129,6 @@ class SpotChecker:
             if off > self.tally.largest_agreeing:
                 self.tally = self.tally.model_copy(update={"largest_agreeing": off})
             return
-        self.mismatches += 1
         self._cases += 1
         mismatch = SpotCheckMismatch(
             case=self._cases,
@@ -210,11 +208,6 @@ class SpotChecker:
             log.warning(
                 "arbitration %d refused by peer %d: %s", message.case_id, referee.peer_id, answer.error
             )
-
-    async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 def _payload_hex(frame: bytes, max_bytes: FrameLimit) -> str:
