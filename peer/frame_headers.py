@@ -77,10 +77,16 @@ class _StageCall(_Envelope):
 
 class ForwardCall(_StageCall):
     kind: Literal["forward"] = "forward"
+    keep: bool = False
+    """Keep what this microbatch's backward needs (within the peer's memory bound), so the backward
+    sent back to this peer need not carry the input nor recompute the forward."""
 
 
 class BackwardCall(_StageCall):
     kind: Literal["backward"] = "backward"
+    cached: bool = False
+    """The input is not sent: use the forward this peer kept for the microbatch. A peer that no
+    longer has it answers an error with `NOT_KEPT`, and the caller sends the full call."""
 
 
 class ForwardBackwardCall(_StageCall):

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from swarmhub.presets import VOCAB_SIZE
+from swarmhub.presets import get_preset
 from swarmhub.wire import ArbitrationVerdict, RunSpec
 
 from .averaging import GradientInbox
@@ -308,10 +308,10 @@ class StageServer:
         check_tensor(t, shape, dtype, name=name)
         return t
 
-    @staticmethod
-    def _check_tokens(t: Tensor, name: str) -> None:
-        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= VOCAB_SIZE):
-            raise FrameError(f"{name} holds token ids outside 0..{VOCAB_SIZE - 1}")
+    def _check_tokens(self, t: Tensor, name: str) -> None:
+        vocab = get_preset(self.run.model_preset).vocab_size
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= vocab):
+            raise FrameError(f"{name} holds token ids outside 0..{vocab - 1}")
 
     def _payload(self, tensors: dict[str, Tensor]) -> Payload:
         return encode_payload(tensors, self.run.compression)

@@ -15,15 +15,21 @@ class ModelPreset:
     n_layer: int
     n_head: int
     max_seq_len: int
+    token_bytes: int = 1
+    """Bytes of text per token: 1 is byte-level; 2 pairs bytes into a 65,536-token vocabulary."""
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
 
     @property
+    def vocab_size(self) -> int:
+        return 256**self.token_bytes
+
+    @property
     def embedding_parameters(self) -> int:
         """Token and position embeddings: the first stage's extra parameters."""
-        return VOCAB_SIZE * self.d_model + self.max_seq_len * self.d_model
+        return self.vocab_size * self.d_model + self.max_seq_len * self.d_model
 
     @property
     def block_parameters(self) -> int:
@@ -34,7 +40,7 @@ class ModelPreset:
     @property
     def head_parameters(self) -> int:
         """Final LayerNorm and the vocabulary head: the last stage's extra parameters."""
-        return 2 * self.d_model + self.d_model * VOCAB_SIZE + VOCAB_SIZE
+        return 2 * self.d_model + self.d_model * self.vocab_size + self.vocab_size
 
     @property
     def parameter_count(self) -> int:

@@ -118,6 +118,20 @@ class CheckTally(Message):
     stay above (the check's margin is the tolerance over this)."""
 
 
+class ActivationCacheTally(Message):
+    """A stage server's store of forward activations kept for the matching backward call."""
+
+    entries: Count = 0
+    bytes: int = Field(default=0, ge=0, le=2**62)
+    limit_bytes: int = Field(default=0, ge=0, le=2**62)
+    """The memory bound this peer keeps the store within (`--activation-cache-mb`)."""
+    hits: Count = 0
+    """Backward calls served from a kept forward (running total)."""
+    misses: Count = 0
+    """Backward calls that asked for a kept forward this peer no longer had (running total)."""
+    evictions: Count = 0
+
+
 class Heartbeat(Message):
     type: Literal["heartbeat"] = "heartbeat"
     throughput: SamplesPerSecond
@@ -128,6 +142,9 @@ class Heartbeat(Message):
     """Data-plane rates this peer measured to other peers (peer id -> bytes per second), recent ones."""
     spot_checks: CheckTally = Field(default_factory=CheckTally)
     """What this peer's trainer spent on spot checks since it joined (running totals)."""
+    compute_seconds: float = Field(default=0.0, ge=0, le=1e12, allow_inf_nan=False)
+    """Seconds this peer's stage server spent computing calls since it joined (running total)."""
+    activation_cache: ActivationCacheTally = Field(default_factory=ActivationCacheTally)
 
 
 class WorkRequest(Message):
