@@ -127,15 +127,21 @@ class ArbitrateCall(_Envelope):
     checker: Id
 
 
-class ForwardReply(_Envelope):
+class _StageReply(_Envelope):
+    compute_s: float = Field(default=0.0, ge=0.0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+    """Seconds the serving peer computed this call (emulated slowness included, queueing not): with
+    the caller's round trip it splits a call's time into compute and waiting."""
+
+
+class ForwardReply(_StageReply):
     kind: Literal["forward_reply"] = "forward_reply"
 
 
-class BackwardReply(_Envelope):
+class BackwardReply(_StageReply):
     kind: Literal["backward_reply"] = "backward_reply"
 
 
-class LossReply(_Envelope):
+class LossReply(_StageReply):
     """The reply to a forward_backward call."""
 
     kind: Literal["forward_backward_reply"] = "forward_backward_reply"

@@ -159,6 +159,8 @@ class ServedCall(Message):
     peer_id: PeerId
     samples: int = Field(ge=1, le=MAX_INT)
     seconds: float = Field(gt=0, le=3600)
+    compute_seconds: float = Field(default=0.0, ge=0, le=3600, allow_inf_nan=False)
+    """Of `seconds`, what the serving peer says it spent computing (the rest: transfer and queueing)."""
 
 
 class MicrobatchDone(Message):
