@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the data plane over TLS even with an http coordinator (always on with https)",
     )
     join.add_argument("--slowdown", type=float, help="emulate a device this many times slower")
+    join.add_argument(
+        "--activation-cache-mb",
+        type=float,
+        help="memory for forwards kept until their backward (default 512; 0: recompute every forward)",
+    )
     join.add_argument("--upload-mbps", type=float, help="emulate an upload link of this many Mbit/s")
     join.add_argument(
         "--call-timeout", type=float, dest="call_timeout_s", help="seconds before a stage call is retried"
@@ -94,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             "listen_port",
             "announce",
             "slowdown",
+            "activation_cache_mb",
             "upload_mbps",
             "call_timeout_s",
             "coordinator_ca",

@@ -161,6 +161,7 @@ async def join(
         slowdown=settings.slowdown,
         max_bytes=limits.for_kind,
         fault=Fault.parse(settings.fault) if settings.fault else None,
+        activation_cache_bytes=int(settings.activation_cache_mb * 2**20),
     )
     # A server never receives a state; a client may (when it loads a stage from another peer).
     pool = FramePool(max_bytes=limits.largest, pacer=pacer)
@@ -213,7 +214,9 @@ async def join(
         peer_id=registered.peer_id,
         signer=signer,
         verifier=server.verifier,
-        samples=SampleSource(corpus, run.seq_len, run.seed),
+        samples=SampleSource(
+            corpus, run.seq_len, run.seed, token_bytes=get_preset(run.model_preset).token_bytes
+        ),
         pool=pool,
         request_work=lambda: work.ask(control),
         report=control.send,

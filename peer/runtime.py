@@ -291,5 +291,7 @@ class PeerRuntime:
                     samples_done=peer.server.samples_done,
                     links=peer.pool.links.rates(time.monotonic(), LINK_REPORT_MAX_AGE_S),
                     spot_checks=peer.trainer.checker.tally,
+                    compute_seconds=peer.server.compute_seconds,
+                    activation_cache=peer.server.kept.tally(),
                 )
             )

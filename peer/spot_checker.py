@@ -10,6 +10,7 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from torch import Tensor
 
@@ -26,6 +27,16 @@ log = logging.getLogger(__name__)
 
 MAX_EVIDENCE = 16
 """Mismatches whose frames are kept until their arbitration; older ones are dropped first."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WholeCall:
+    """What a check of a cached backward needs besides the call itself: the full call (input and
+    gradient) for the checking peer, and the signed forward call that carried the input."""
+
+    header: StageCall
+    payload: Payload
+    forward_frame: bytes
 
 
 class SpotChecker:
@@ -60,7 +71,12 @@ class SpotChecker:
         self._cases = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def maybe_check(
+    def draw(self) -> bool:
+        """Whether the next stage call is to be checked (drawn before it is sent: a cached backward
+        that will be checked must keep its forward's frame as evidence)."""
+        return self.run.spot_check_fraction > 0 and self.rng.random() < self.run.spot_check_fraction
+
+    def start(
         self,
         header: StageCall,
         payload: Payload,
@@ -69,10 +85,10 @@ class SpotChecker:
         reply: bytes,
         answer: Reply,
         outputs: dict[str, Tensor],
+        whole: WholeCall | None = None,
     ) -> None:
-        """Draw whether this call (answered by `checked`) is checked; if so, start the check."""
-        if self.run.spot_check_fraction <= 0 or self.rng.random() >= self.run.spot_check_fraction:
-            return
+        """Check this call (answered by `checked`) on a second peer of its stage. For a cached backward,
+        `whole` is the full call the checker gets and the forward frame that kept the input."""
         result = result_of(answer, outputs)
         if not comparable(result):
             return
@@ -82,7 +98,7 @@ class SpotChecker:
         if checker is None or checker == checked or address is None:
             return
         task = asyncio.ensure_future(
-            self._check(header, payload, checked, frame, reply, result, checker, address)
+            self._check(header, payload, checked, frame, reply, result, checker, address, whole)
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -97,9 +113,14 @@ class SpotChecker:
         result: Result,
         checker: int,
         address: str,
+        whole: WholeCall | None,
     ) -> None:
+        check_header = header if whole is None else whole.header
         check_frame, sent = assemble_call(
-            header.model_copy(update={"check": True}), payload, self.signer, receiver=checker
+            check_header.model_copy(update={"check": True}),
+            payload if whole is None else whole.payload,
+            self.signer,
+            receiver=checker,
         )
         started = time.monotonic()
         check_reply = b""
@@ -146,7 +167,11 @@ class SpotChecker:
         self._evidence[mismatch.case] = (
             mismatch,
             Evidence(
-                call_checked=frame, reply_checked=reply, call_checker=check_frame, reply_checker=check_reply
+                call_checked=frame,
+                reply_checked=reply,
+                call_checker=check_frame,
+                reply_checker=check_reply,
+                forward_checked=b"" if whole is None else whole.forward_frame,
             ),
         )
         while len(self._evidence) > MAX_EVIDENCE:

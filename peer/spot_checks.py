@@ -8,6 +8,10 @@ evidence to the referee the coordinator names, a third peer of the stage. The re
 signature (so nobody can put words in another peer's mouth, `peer/frame_auth.py`) and that both
 calls carried the same inputs, computes the call itself and says which result it agrees with.
 
+A backward sent to the peer that kept its forward carries no input (`peer/activation_store.py`), so a
+check of it also keeps that signed forward call: the referee takes the input from it. The checked
+peer still sees an ordinary cached backward and cannot tell it is checked.
+
 Nothing here does I/O: the trainer (`peer/trainer.py`) and the stage server (`peer/stage_server.py`)
 use these parts; the coordinator decides (`server/swarm/verification.py`).
 """
@@ -22,7 +26,16 @@ from torch import Tensor
 
 from .compression import codec_for
 from .frame_auth import AuthError, SenderVerifier
-from .frame_headers import ArbitrateCall, BackwardReply, ForwardReply, LossReply, Reply, StageCall
+from .frame_headers import (
+    ArbitrateCall,
+    BackwardCall,
+    BackwardReply,
+    ForwardCall,
+    ForwardReply,
+    LossReply,
+    Reply,
+    StageCall,
+)
 from .frames import FrameError, FrameLimit, OpenedFrame, decode_payload, open_frame
 
 KERNEL_TOLERANCE = 1e-3
@@ -33,6 +46,8 @@ CODEC_ERROR = {"none": 0.0, "float16": 2.5e-4, "int8": 2e-2}
 outliers, `tests/peer/test_spot_checks.py`). Two honest results differ by at most twice it: each side
 may round the same value into a neighbouring bucket."""
 EVIDENCE_TENSORS = ("call_checked", "reply_checked", "call_checker", "reply_checker")
+KEPT_FORWARD = "forward_checked"
+"""The optional fifth evidence frame: the forward call whose kept graph the checked backward used."""
 
 
 def through_codec(tensors: dict[str, Tensor], codec: str) -> dict[str, Tensor]:
@@ -93,18 +108,18 @@ class Evidence:
     reply_checked: bytes
     call_checker: bytes
     reply_checker: bytes
+    forward_checked: bytes = b""
+    """For a cached backward: the forward call to the same peer, which carried the input."""
 
     def tensors(self) -> dict[str, Tensor]:
-        return {
-            name: torch.frombuffer(bytearray(getattr(self, name)), dtype=torch.uint8)
-            for name in EVIDENCE_TENSORS
-        }
+        names = (*EVIDENCE_TENSORS, KEPT_FORWARD) if self.forward_checked else EVIDENCE_TENSORS
+        return {name: torch.frombuffer(bytearray(getattr(self, name)), dtype=torch.uint8) for name in names}
 
 
 @dataclass(frozen=True, kw_only=True)
 class Disputed:
     """A mismatch as a referee sees it after checking the evidence: the call (as sent to the checked
-    peer), its inputs, and the two results."""
+    peer, made whole if it was a cached backward), its inputs, and the two results."""
 
     call: StageCall
     inputs: dict[str, Tensor]
@@ -133,16 +148,50 @@ def open_evidence(
         b.samples,
     ):
         raise FrameError("the two calls of the evidence are not the same call")
-    if bytes(checked_call.payload) != bytes(checker_call.payload):
-        raise FrameError("the two calls of the evidence carried different inputs")
     if (a.stage, a.step) != (header.stage, header.step):
         raise FrameError(f"evidence is for stage {a.stage} step {a.step}, not the arbitration's")
-    return Disputed(
-        call=a,
-        inputs=decode_payload(a, checked_call.payload),
-        checked=_result(checked_reply),
-        checker=_result(checker_reply),
-    )
+    if isinstance(a, BackwardCall) and a.cached:
+        if KEPT_FORWARD not in tensors:
+            raise FrameError("evidence of a cached backward lacks the forward call that kept its input")
+        a, inputs = _made_whole(a, checked_call, tensors[KEPT_FORWARD], verifier, max_bytes)
+        theirs = decode_payload(b, checker_call.payload)
+        if set(inputs) != set(theirs) or not all(torch.equal(inputs[k], theirs[k]) for k in inputs):
+            raise FrameError("the two calls of the evidence carried different inputs")
+    else:
+        if bytes(checked_call.payload) != bytes(checker_call.payload):
+            raise FrameError("the two calls of the evidence carried different inputs")
+        inputs = decode_payload(a, checked_call.payload)
+    return Disputed(call=a, inputs=inputs, checked=_result(checked_reply), checker=_result(checker_reply))
+
+
+def _made_whole(
+    backward: BackwardCall,
+    call: OpenedFrame,
+    forward_tensor: Tensor,
+    verifier: SenderVerifier,
+    max_bytes: FrameLimit,
+) -> tuple[BackwardCall, dict[str, Tensor]]:
+    """A cached backward as the full call it stands for: the input from the signed forward call that
+    the same caller sent the same peer for the same microbatch, the gradient from the backward."""
+    forward = open_frame(_raw(forward_tensor), max_bytes=max_bytes)
+    f = forward.header
+    if not isinstance(f, ForwardCall) or not f.keep:
+        raise FrameError("the kept-forward evidence is not a forward call that asked to keep its graph")
+    if (f.sender, f.receiver) != (backward.sender, backward.receiver):
+        raise AuthError("the kept-forward evidence went between other peers than the backward")
+    if (f.stage, f.step, f.microbatch_id, f.samples) != (
+        backward.stage,
+        backward.step,
+        backward.microbatch_id,
+        backward.samples,
+    ):
+        raise FrameError("the kept-forward evidence is for another microbatch than the backward")
+    verifier.check_evidence(f, forward.signature, forward.header_bytes, forward.payload)
+    x = decode_payload(f, forward.payload).get("x")
+    grad = decode_payload(backward, call.payload).get("grad")
+    if x is None or grad is None:
+        raise FrameError("the kept-forward evidence lacks the input or the backward its gradient")
+    return backward.model_copy(update={"cached": False}), {"x": x, "grad": grad}
 
 
 def _exchange(

@@ -23,11 +23,13 @@ from torch import Tensor
 from swarmhub.presets import get_preset
 from swarmhub.wire import ArbitrationVerdict, RunSpec
 
+from .activation_store import ActivationStore
 from .averaging import GradientInbox
 from .faults import Fault
 from .frame_auth import AuthError, FrameSigner, SenderVerifier
 from .frame_headers import (
     MAX_ERROR_CHARS,
+    MAX_TIMEOUT_S,
     ArbitrateCall,
     ArbitrateReply,
     BackwardCall,
@@ -80,6 +82,7 @@ class StageServer:
         slowdown: float,
         max_bytes: FrameLimit,
         fault: Fault | None = None,
+        activation_cache_bytes: int = 0,
     ) -> None:
         self.peer_id = peer_id
         self.run = run
@@ -96,6 +99,10 @@ class StageServer:
         """EMA of compute seconds per sample, by call kind."""
         self.samples_done = 0
         self.calls_refused = 0
+        self.compute_seconds = 0.0
+        """Seconds spent computing calls since this peer joined (emulated slowness included)."""
+        self.kept = ActivationStore(activation_cache_bytes)
+        """Forwards kept for their backward, shared by whichever stage this peer serves."""
         self.fault = fault
         """A fault injected on purpose (`--fault`, for tests and demos); None for an honest peer."""
         self.report: Callable[[ArbitrationVerdict], Awaitable[object]] | None = None
@@ -108,11 +115,14 @@ class StageServer:
     def queue_length(self) -> int:
         return self._waiting
 
-    async def compute(self, fn: Any, *, kind: str | None = None, samples: int = 0) -> Any:
-        """Run `fn` on the compute thread, one call at a time; emulated slowness holds the device too.
+    async def compute(self, fn: Any) -> Any:
+        """Run `fn` on the compute thread, one call at a time; emulated slowness holds the device too."""
+        result, _ = await self.compute_timed(fn)
+        return result
 
-        With `kind`, the time spent (queueing excluded, emulated slowness included) feeds the
-        throughput estimate."""
+    async def compute_timed(self, fn: Any, *, kind: str | None = None, samples: int = 0) -> tuple[Any, float]:
+        """`fn`'s result and the seconds it held the device (queueing excluded, emulated slowness
+        included). With `kind`, that time feeds the throughput estimate and `compute_seconds`."""
         self._waiting += 1
         try:
             async with self._compute_lock:
@@ -121,9 +131,11 @@ class StageServer:
                 elapsed = time.perf_counter() - started
                 if self.slowdown > 1.0:
                     await asyncio.sleep((self.slowdown - 1.0) * elapsed)
+                seconds = time.perf_counter() - started
                 if kind is not None:
-                    self.record_call(kind, samples, time.perf_counter() - started)
-                return result
+                    self.record_call(kind, samples, seconds)
+                    self.compute_seconds += seconds
+                return result, seconds
         finally:
             self._waiting -= 1
 
@@ -204,19 +216,21 @@ class StageServer:
             return self._reply(frame, StateReply, state, step=step)
         if isinstance(header, ArbitrateCall):
             return await self._arbitrate(frame, worker, header, tensors)
-        reply_kind, outputs, loss = await self._serve(worker, header, tensors)
+        reply_kind, outputs, loss, seconds = await self._serve(worker, header, tensors)
         if not header.check:
             self.samples_done += header.samples
         if self.fault is not None:
             outputs = self.fault.corrupt_outputs(outputs)
-        fields = {} if loss is None else {"loss": loss}
+        fields: dict[str, Any] = {"compute_s": min(seconds, MAX_TIMEOUT_S)}
+        if loss is not None:
+            fields["loss"] = loss
         return self._reply(frame, reply_kind, self._payload(outputs), **fields)
 
     async def _serve(
         self, worker: StageWorker, header: StageCall, tensors: dict[str, Tensor]
-    ) -> tuple[type[Reply], dict[str, Tensor], float | None]:
-        """Compute a stage call: its reply kind, output tensors and (last stage) loss. A spot check
-        (`header.check`) accumulates nothing."""
+    ) -> tuple[type[Reply], dict[str, Tensor], float | None, float]:
+        """Compute a stage call: its reply kind, output tensors, (last stage) loss and compute seconds.
+        A spot check (`header.check`) accumulates and keeps nothing."""
         samples = header.samples
         if samples > self.run.microbatch_size:
             raise FrameError(f"samples must be in 1..{self.run.microbatch_size}, got {samples}")
@@ -227,26 +241,37 @@ class StageServer:
                 return False
             return header.timeout_s <= 0 or time.monotonic() - received < ACCEPT_FRACTION * header.timeout_s
 
+        if isinstance(header, BackwardCall) and header.cached:
+            grad = self._tensor(tensors, "grad", (samples, self.run.seq_len, self.d_model), torch.float32)
+            grad_x, seconds = await self.compute_timed(
+                lambda: worker.backward_kept(header.step, header.microbatch_id, samples, grad, accept()),
+                kind="backward",
+                samples=samples,
+            )
+            return BackwardReply, {} if grad_x is None else {"grad_x": grad_x}, None, seconds
         x = self._stage_input(worker, tensors, samples)
         if isinstance(header, ForwardCall):
-            y = await self.compute(lambda: worker.forward(header.step, x), kind="forward", samples=samples)
-            return ForwardReply, {"y": y}, None
+            keep = header.microbatch_id if header.keep and not header.check else None
+            y, seconds = await self.compute_timed(
+                lambda: worker.forward(header.step, x, keep), kind="forward", samples=samples
+            )
+            return ForwardReply, {"y": y}, None, seconds
         if isinstance(header, BackwardCall):
             grad = self._tensor(tensors, "grad", (samples, self.run.seq_len, self.d_model), torch.float32)
-            grad_x = await self.compute(
+            grad_x, seconds = await self.compute_timed(
                 lambda: worker.backward(header.step, header.microbatch_id, samples, x, grad, accept()),
                 kind="backward",
                 samples=samples,
             )
-            return BackwardReply, {} if grad_x is None else {"grad_x": grad_x}, None
+            return BackwardReply, {} if grad_x is None else {"grad_x": grad_x}, None, seconds
         targets = self._tensor(tensors, "targets", (samples, self.run.seq_len), torch.int64)
         self._check_tokens(targets, "targets")
-        loss, grad_x = await self.compute(
+        (loss, grad_x), seconds = await self.compute_timed(
             lambda: worker.forward_backward(header.step, header.microbatch_id, samples, x, targets, accept()),
             kind="forward_backward",
             samples=samples,
         )
-        return LossReply, {} if grad_x is None else {"grad_x": grad_x}, loss
+        return LossReply, {} if grad_x is None else {"grad_x": grad_x}, loss, seconds
 
     async def _arbitrate(
         self, frame: OpenedFrame, worker: StageWorker, header: ArbitrateCall, tensors: dict[str, Tensor]
@@ -260,7 +285,7 @@ class StageServer:
         try:
             disputed = open_evidence(header, tensors, self.verifier, self.max_bytes)
             call = disputed.call.model_copy(update={"check": True})
-            _, outputs, loss = await self._serve(worker, call, disputed.inputs)
+            _, outputs, loss, _ = await self._serve(worker, call, disputed.inputs)
         except (FrameError, AuthError, StageError) as exc:
             await self._report_verdict(
                 ArbitrationVerdict(case_id=header.case_id, valid=False, detail=str(exc)[:500])

@@ -60,7 +60,7 @@ async def load_stage(peer: JoinedPeer, assignment: StageAssignment, averager: Av
         await averager.apply(assignment.apply)
     if not (worker is not None and worker.stage == assignment.stage and worker.step == assignment.step):
         module = build_stage(get_preset(run.model_preset), assignment.stage, run.num_stages, run.seed)
-        worker = StageWorker(module, run, assignment.step, peer.device)
+        worker = StageWorker(module, run, assignment.step, peer.device, peer.server.kept)
         origin = "initialized"
         try:
             if assignment.state_sources:

@@ -1,7 +1,9 @@
 """One stage's parameters, gradient accumulator and optimizer: the compute a stage peer serves.
 
-No networking here. Calls are stateless in the SWARM sense: a backward call carries the stage's
-input again and recomputes the forward, so any peer holding the same parameters can serve it.
+No networking here. Calls are stateless in the SWARM sense: a backward call can carry the stage's
+input again and recompute the forward, so any peer holding the same parameters can serve it. The
+peer that served the forward may have kept its graph (`peer/activation_store.py`); then the backward
+sent to it needs only the output gradient and skips the recomputation.
 Gradients are accumulated into a buffer of their own (not `param.grad`) so a call can be refused
 after it was computed: a microbatch already accumulated here is recognized by its id and not
 added twice, and a call that finished after its caller gave up on it is not added at all.
@@ -14,6 +16,7 @@ from torch import Tensor, nn
 
 from swarmhub.wire import RunSpec
 
+from .activation_store import ActivationStore, KeptForward, counting_saved_bytes
 from .model import PipelineStage
 
 ADAM_BETAS = (0.9, 0.95)
@@ -22,6 +25,15 @@ SGD_MOMENTUM = 0.9
 
 class StageError(ValueError):
     """A call this stage cannot serve as asked (wrong step, frozen accumulation, bad input)."""
+
+
+NOT_KEPT = "not kept"
+"""How an error reply to a cached backward call starts when the forward is gone: the caller then
+sends the full call (any peer may serve it), and nobody is blamed."""
+
+
+class NotKept(StageError):
+    pass
 
 
 def make_optimizer(run: RunSpec, params: list[nn.Parameter]) -> torch.optim.Optimizer:
@@ -47,8 +59,16 @@ def apply_gradients(
 class StageWorker:
     """A stage's state on one peer. `step` is the global step its parameters are ready for."""
 
-    def __init__(self, module: PipelineStage, run: RunSpec, step: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        module: PipelineStage,
+        run: RunSpec,
+        step: int,
+        device: torch.device,
+        kept: ActivationStore | None = None,
+    ) -> None:
         self.module = module.to(device)
+        self.kept = kept or ActivationStore(0)
         self.device = device
         self.run = run
         self.step = step
@@ -74,10 +94,33 @@ class StageWorker:
                 f"stage {self.stage} holds parameters for step {self.step}, call is for step {step}"
             )
 
-    def forward(self, step: int, x: Tensor) -> Tensor:
+    def forward(self, step: int, x: Tensor, keep: str | None = None) -> Tensor:
+        """The stage's output on `x`; with `keep` (a microbatch id) its graph is kept for that
+        microbatch's backward, if the store has room."""
         self.check_step(step)
-        with torch.no_grad():
-            return self.module(x.to(self.device)).float().cpu()
+        if keep is None or self.kept.limit_bytes <= 0:
+            with torch.no_grad():
+                return self.module(x.to(self.device)).float().cpu()
+        inputs = self._input(x)
+        with counting_saved_bytes() as saved:
+            out = self.module(inputs)
+        self.kept.keep(keep, KeptForward(step=step, inputs=inputs, output=out, nbytes=saved()))
+        return out.detach().float().cpu()
+
+    def backward_kept(
+        self, step: int, microbatch_id: str, samples: int, grad_output: Tensor, accept: bool = True
+    ) -> Tensor | None:
+        """Backpropagate `grad_output` through the forward kept for `microbatch_id`; raises NotKept
+        if there is none (evicted, never kept, or another step's)."""
+        self.check_step(step)
+        entry = self.kept.take(microbatch_id, step)
+        if entry is None:
+            raise NotKept(f"{NOT_KEPT}: stage {self.stage} keeps no forward of microbatch {microbatch_id}")
+        out = entry.output
+        grads = torch.autograd.grad(
+            out, self._grad_targets(entry.inputs), grad_outputs=grad_output.to(self.device, out.dtype)
+        )
+        return self._accumulate(microbatch_id, samples, entry.inputs, grads, accept)
 
     def backward(
         self, step: int, microbatch_id: str, samples: int, x: Tensor, grad_output: Tensor, accept: bool = True
@@ -156,6 +199,7 @@ class StageWorker:
         """Drop this step's gradients: the coordinator that granted them no longer knows them
         (it restarted, or dropped this peer), so they would be counted by nobody."""
         self.frozen = False
+        self.kept.clear()
         self.accumulated.clear()
         for acc in self._accumulator:
             acc.zero_()

@@ -2,9 +2,14 @@
 
 For every stage call it picks a peer of that stage by stochastic wiring (`routing.StageRouter`);
 a call that fails, is refused, times out or is answered by anything but the dialled peer's signed reply
-to that call is retried on another peer of the same stage. Backward calls carry the stage's input
-again, so any peer of the stage can serve them. A share of the calls is also spot-checked on a
-second peer of the stage (`peer/spot_checker.py`).
+to that call is retried on another peer of the same stage. A backward goes first to the peer that
+served the microbatch's forward there, carrying only the gradient: that peer kept the forward's graph
+(`peer/activation_store.py`). If it is gone or kept nothing, the full call (input and gradient) goes
+to any peer of the stage, which recomputes the forward. A share of the calls is also spot-checked on
+a second peer of the stage (`peer/spot_checker.py`).
+
+How many microbatches are in flight follows the pipeline (`peer/concurrency.py`): the swarm's
+bottleneck rate times the unloaded round trip, shared among the trainers.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from swarmhub.wire import (
     WorkGrant,
 )
 
+from .concurrency import RoundTrips, microbatches_in_flight
 from .data import SampleSource
 from .frame_auth import AuthError, FrameSigner, SenderVerifier
 from .frame_headers import (
@@ -43,9 +49,10 @@ from .frame_headers import (
     Reply,
     StageCall,
 )
-from .frames import FrameError, FrameLimit, assemble_call, encode_payload, open_reply
+from .frames import FrameError, FrameLimit, Payload, assemble_call, encode_payload, open_reply
 from .routing import StageRouter
-from .spot_checker import SpotChecker
+from .spot_checker import SpotChecker, WholeCall
+from .stage_worker import NOT_KEPT
 from .transport import FramePool, TransportError, UnlistedAddress
 
 log = logging.getLogger(__name__)
@@ -64,12 +71,28 @@ class CallFailed(RuntimeError):
     pass
 
 
+class ForwardNotKept(CallFailed):
+    """The peer asked for a cached backward no longer holds the forward: not its fault."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kept:
+    """Where a stage's forward of a microbatch was served, and the signed call that carried its input."""
+
+    peer: int
+    frame: bytes
+
+
 @dataclass(kw_only=True)
 class TrainerStats:
     microbatches_done: int = 0
     microbatches_failed: int = 0
     retries: int = 0
     samples_done: int = 0
+    kept_backwards: int = 0
+    """Backward calls served from the forward their peer kept (no input sent, nothing recomputed)."""
+    full_backwards: int = 0
+    """Backward calls that carried the input again (the keeper was gone or had evicted it)."""
 
 
 class Trainer:
@@ -88,7 +111,7 @@ class Trainer:
         ],
         call_timeout_s: float,
         max_frame_bytes: FrameLimit,
-        concurrency: int = 2,
+        concurrency: int | None = None,
     ) -> None:
         self.run = run
         self.peer_id = peer_id
@@ -101,7 +124,18 @@ class Trainer:
         self.report = report
         self.call_timeout_s = call_timeout_s
         self.max_frame_bytes = max_frame_bytes
-        self.concurrency = concurrency
+        self.fixed_concurrency = concurrency
+        """A fixed number of microbatches in flight (tests); None: chosen from the measured pipeline."""
+        self.concurrency = concurrency or microbatches_in_flight(
+            stage_rates=[],
+            round_trip_s=None,
+            microbatch_size=run.microbatch_size,
+            trainers=1,
+            num_stages=run.num_stages,
+        )
+        self.round_trips = RoundTrips()
+        self._trainers = 1
+        self._stage_rates: list[float] = []
         self.routers = [StageRouter() for _ in range(run.num_stages)]
         self.addresses: dict[int, str] = {}
         self.checker = SpotChecker(
@@ -132,12 +166,41 @@ class Trainer:
             router.update_peers(
                 {p.peer_id: p.throughput for p in members}, {p.peer_id: p.queue_length for p in members}
             )
+        self._stage_rates = [
+            sum(p.throughput for p in peers if p.stage == stage) for stage in range(self.run.num_stages)
+        ]
+        self._trainers = max(1, len(peers))
+        self._retarget()
+
+    def _retarget(self) -> None:
+        if self.fixed_concurrency is not None:
+            return
+        self.concurrency = microbatches_in_flight(
+            stage_rates=self._stage_rates,
+            round_trip_s=self.round_trips.unloaded(),
+            microbatch_size=self.run.microbatch_size,
+            trainers=self._trainers,
+            num_stages=self.run.num_stages,
+        )
 
     async def run_forever(self) -> None:
-        await asyncio.gather(*(self._slot() for _ in range(self.concurrency)))
+        """Keep `concurrency` slots driving microbatches; a slot above the target ends after its
+        microbatch, and missing ones are started as the target grows."""
+        slots: dict[int, asyncio.Task[None]] = {}
+        try:
+            while True:
+                for index in range(self.concurrency):
+                    if index not in slots or slots[index].done():
+                        if index in slots:
+                            slots[index].result()
+                        slots[index] = asyncio.ensure_future(self._slot(index))
+                await asyncio.sleep(0.5)
+        finally:
+            for task in slots.values():
+                task.cancel()
 
-    async def _slot(self) -> None:
-        while True:
+    async def _slot(self, index: int) -> None:
+        while index < self.concurrency:
             await self.work_available.wait()
             grant = await self.request_work()
             if grant is None:
@@ -154,6 +217,7 @@ class Trainer:
     async def train_microbatch(self, grant: WorkGrant) -> None:
         retries_before = self.stats.retries
         traffic = [0]
+        started = time.monotonic()
         try:
             loss = await self._pipeline(grant, traffic)
             if not math.isfinite(loss) or not 0 <= loss <= MAX_LOSS:
@@ -168,6 +232,8 @@ class Trainer:
             return
         self.stats.microbatches_done += 1
         self.stats.samples_done += grant.samples
+        self.round_trips.add(time.monotonic() - started)
+        self._retarget()
         await self.report(
             MicrobatchDone(
                 step=grant.step,
@@ -185,12 +251,21 @@ class Trainer:
         inputs, targets = self.samples.batch(grant.first_sample, grant.samples)
         last = self.run.num_stages - 1
         stage_inputs: list[Tensor] = [inputs]
+        kept: list[Kept] = []
         for stage in range(last):
-            _, out = await self._call(
-                stage, ForwardCall, ForwardReply, grant, {"x": stage_inputs[-1]}, traffic, expect="y"
+            _, out, served = await self._call(
+                stage,
+                ForwardCall,
+                ForwardReply,
+                grant,
+                {"x": stage_inputs[-1]},
+                traffic,
+                expect="y",
+                keep=True,
             )
+            kept.append(served)
             stage_inputs.append(out["y"])
-        reply, out = await self._call(
+        reply, out, _ = await self._call(
             last,
             ForwardBackwardCall,
             LossReply,
@@ -202,10 +277,33 @@ class Trainer:
             grad = out.get("grad_x")
             if grad is None:
                 raise CallFailed(f"stage {stage + 1} answered without an input gradient")
-            _, out = await self._call(
-                stage, BackwardCall, BackwardReply, grant, {"x": stage_inputs[stage], "grad": grad}, traffic
-            )
+            out = await self._backward(stage, grant, stage_inputs[stage], grad, kept[stage], traffic)
         return reply.loss
+
+    async def _backward(
+        self, stage: int, grant: WorkGrant, x: Tensor, grad: Tensor, kept: Kept, traffic: list[int]
+    ) -> dict[str, Tensor]:
+        """The stage's backward: from the kept forward if its peer still has it, else the full call."""
+        whole = {"x": x, "grad": grad}
+        if kept.peer in self.addresses:
+            try:
+                _, out, _ = await self._call(
+                    stage,
+                    BackwardCall,
+                    BackwardReply,
+                    grant,
+                    {"grad": grad},
+                    traffic,
+                    keeper=kept,
+                    whole=whole,
+                )
+                self.stats.kept_backwards += 1
+                return out
+            except CallFailed as exc:
+                log.debug("kept backward of stage %d on peer %d: %s", stage, kept.peer, exc)
+        self.stats.full_backwards += 1
+        _, out, _ = await self._call(stage, BackwardCall, BackwardReply, grant, whole, traffic)
+        return out
 
     async def _call(
         self,
@@ -216,8 +314,17 @@ class Trainer:
         tensors: dict[str, Tensor],
         traffic: list[int],
         expect: str | None = None,
-    ) -> tuple[R, dict[str, Tensor]]:
+        keep: bool = False,
+        keeper: Kept | None = None,
+        whole: dict[str, Tensor] | None = None,
+    ) -> tuple[R, dict[str, Tensor], Kept]:
+        """One stage call, retried on other peers of the stage until one answers. With `keeper`, a
+        cached backward to that peer only, tried once (`whole`: the full call's tensors, for a check).
+        Returns the reply, its tensors, and who served it with the frame it was sent."""
         router = self.routers[stage]
+        fields: dict[str, bool] = {"keep": True} if keep else {}
+        if keeper is not None:
+            fields["cached"] = True
         header = call(
             run_id=self.run.run_id,
             sender=self.peer_id,
@@ -226,23 +333,31 @@ class Trainer:
             microbatch_id=grant.microbatch_id,
             samples=grant.samples,
             timeout_s=self.call_timeout_s,
+            **fields,
         )
         kind = header.kind
         # Encoded once; each attempt's frame is addressed to (and signed for) the peer it goes to.
         payload = encode_payload(tensors, self.run.compression)
         frame_bytes = sum(m.nbytes for m in payload.metas)
+        checking = self.checker.draw()
         tried: set[int] = set()
         errors: list[str] = []
         waited_since: float | None = None
         attempts = 0
+        max_attempts = 1 if keeper is not None else MAX_ATTEMPTS_PER_CALL
         # A reply is about as large as its call (activations forward, their gradients back).
         exchanged = 2 * frame_bytes
         router.update_links(self.pool.links.rates())
-        while attempts < MAX_ATTEMPTS_PER_CALL:
+        while attempts < max_attempts:
             now = time.monotonic()
-            exclude = frozenset(tried) if tried and len(tried) < len(router.peers()) else frozenset()
-            peer = router.choose(grant.samples, now, exclude, nbytes=exchanged)
+            if keeper is not None:
+                peer: int | None = keeper.peer
+            else:
+                exclude = frozenset(tried) if tried and len(tried) < len(router.peers()) else frozenset()
+                peer = router.choose(grant.samples, now, exclude, nbytes=exchanged)
             if peer is None or peer not in self.addresses:
+                if keeper is not None:
+                    raise ForwardNotKept(f"peer {keeper.peer} left")
                 waited_since = waited_since or now
                 if now - waited_since > NO_PEER_PATIENCE_S:
                     raise CallFailed(f"no live peer of stage {stage} for {NO_PEER_PATIENCE_S:.0f}s")
@@ -265,11 +380,15 @@ class Trainer:
                     reply, max_bytes=self.max_frame_bytes, verifier=self.verifier, call=sent
                 )
                 if isinstance(answer, ErrorReply):
+                    if keeper is not None and answer.error.startswith(NOT_KEPT):
+                        raise ForwardNotKept(answer.error)
                     raise CallFailed(answer.error or "refused without a reason")
                 if not isinstance(answer, reply_kind):
                     raise CallFailed(f"answered a {kind} call with a {answer.kind} frame")
                 if expect is not None and expect not in out:
                     raise CallFailed(f"reply lacks tensor {expect!r}")
+            except ForwardNotKept:
+                raise
             except (TransportError, FrameError, AuthError, CallFailed) as exc:
                 if isinstance(exc, TransportError) and not isinstance(exc, UnlistedAddress):
                     # No answer at all (a refusal would be an error frame): the coordinator decides
@@ -284,9 +403,30 @@ class Trainer:
                 )
                 continue
             router.report_success(peer)
-            self.checker.maybe_check(header, payload, peer, frame, reply, answer, out)
+            if checking:
+                self.checker.start(
+                    header, payload, peer, frame, reply, answer, out, self._whole(header, whole, keeper)
+                )
             elapsed = max(time.monotonic() - started, 1e-6)
-            served = ServedCall(peer_id=peer, samples=grant.samples, seconds=min(elapsed, 3600.0))
+            compute = getattr(answer, "compute_s", 0.0)
+            served = ServedCall(
+                peer_id=peer,
+                samples=grant.samples,
+                seconds=min(elapsed, 3600.0),
+                compute_seconds=min(compute, elapsed, 3600.0),
+            )
             self._served.setdefault(grant.microbatch_id, []).append(served)
-            return answer, out
+            return answer, out, Kept(peer=peer, frame=frame)
         raise CallFailed(f"stage {stage} {kind} failed {attempts} times: " + "; ".join(errors[-3:]))
+
+    def _whole(
+        self, header: StageCall, whole: dict[str, Tensor] | None, keeper: Kept | None
+    ) -> WholeCall | None:
+        """For a check of a cached backward: the full call for the checking peer, and the evidence of
+        where the checked peer got the input."""
+        if keeper is None or whole is None:
+            return None
+        full: Payload = encode_payload(whole, self.run.compression)
+        return WholeCall(
+            header=header.model_copy(update={"cached": False}), payload=full, forward_frame=keeper.frame
+        )

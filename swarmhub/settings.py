@@ -112,6 +112,9 @@ class PeerSettings(BaseSettings):
     """torch intra-op threads; several peers often share one machine."""
     slowdown: float = Field(default=1.0, ge=1.0)
     """Stretch every compute call by this factor, to emulate a slower device."""
+    activation_cache_mb: float = Field(default=512.0, ge=0)
+    """Memory for forwards kept until their backward arrives (oldest evicted first): a backward
+    served from it needs neither the input again nor a recomputed forward. 0 turns keeping off."""
     upload_mbps: float | None = Field(default=None, gt=0)
     """Cap this peer's outgoing data-plane bandwidth, to emulate a slow link."""
     call_timeout_s: float = Field(default=60.0, gt=0)
