@@ -73,8 +73,15 @@ class ProgressLine:
         return (
             f"step {step:5d}  loss {loss_text}  stage {stage if stage is not None else '-'}  "
             f"stage rate {throughput:7.1f} samples/s  trained {trainer.stats.samples_done} samples "
-            f"({trainer.stats.samples_done / max(elapsed, 1e-9):.1f}/s)  retries {trainer.stats.retries}"
+            f"({trainer.stats.samples_done / max(elapsed, 1e-9):.1f}/s)  retries {trainer.stats.retries}  "
+            f"in flight {trainer.concurrency}  kept backwards {kept_share(trainer)}"
         )
+
+
+def kept_share(trainer: Trainer) -> str:
+    """Share of the trainer's backward calls served from a kept forward (no input resent)."""
+    total = trainer.stats.kept_backwards + trainer.stats.full_backwards
+    return "-" if total == 0 else f"{100 * trainer.stats.kept_backwards / total:.0f}%"
 
 
 class MessageRouter:
