@@ -103,7 +103,9 @@ def single_process(cfg: TrainConfig, steps: int, warmup: int, threads: int) -> d
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        source = SampleSource(stdlib_corpus(), cfg.seq_len, cfg.seed)
+        source = SampleSource(
+            stdlib_corpus(), cfg.seq_len, cfg.seed, token_bytes=get_preset(cfg.preset).token_bytes
+        )
         stages = build_full_model(get_preset(cfg.preset), cfg.num_stages, cfg.seed)
         spec = cfg.run_spec()
         optimizers = [make_optimizer(spec, list(s.parameters())) for s in stages]
@@ -178,7 +180,9 @@ def _gpipe_worker(rank: int, cfg: TrainConfig, steps: int, warmup: int, port: in
 
         schedule = ScheduleGPipe(stage, n_microbatches=cfg.microbatches, loss_fn=loss_fn)
         optimizer = make_optimizer(cfg.run_spec(), list(module.parameters()))
-        source = SampleSource(stdlib_corpus(), cfg.seq_len, cfg.seed)
+        source = SampleSource(
+            stdlib_corpus(), cfg.seq_len, cfg.seed, token_bytes=get_preset(cfg.preset).token_bytes
+        )
         losses: list[float] = []
         timed_s = 0.0
         for step in range(steps):

@@ -37,7 +37,9 @@ CODEC_NAMES = ("none", "float16", "int8")
 
 def demo_activation(cfg: TrainConfig) -> torch.Tensor:
     """Stage 0's output [microbatch, seq_len, d_model] on the run's first microbatch."""
-    source = SampleSource(stdlib_corpus(), cfg.seq_len, cfg.seed)
+    source = SampleSource(
+        stdlib_corpus(), cfg.seq_len, cfg.seed, token_bytes=get_preset(cfg.preset).token_bytes
+    )
     inputs, _ = source.batch(0, cfg.microbatch_size)
     with torch.no_grad():
         return build_stage(get_preset(cfg.preset), 0, cfg.num_stages, cfg.seed)(inputs)

@@ -120,7 +120,7 @@ def stage_compute(preset: str, microbatch: int, seq_len: int, reps: int) -> dict
 
     from peer.model import build_stage
     from peer.stage_worker import StageWorker
-    from swarmhub.presets import VOCAB_SIZE, get_preset
+    from swarmhub.presets import get_preset
     from swarmhub.wire import RunSpec
 
     shape = get_preset(preset)
@@ -143,8 +143,8 @@ def stage_compute(preset: str, microbatch: int, seq_len: int, reps: int) -> dict
     first = StageWorker(build_stage(shape, 0, 2, seed=0), spec, 0, device)
     last = StageWorker(build_stage(shape, 1, 2, seed=0), spec, 0, device)
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, VOCAB_SIZE, (microbatch, seq_len), generator=g)
-    targets = torch.randint(0, VOCAB_SIZE, (microbatch, seq_len), generator=g)
+    ids = torch.randint(0, shape.vocab_size, (microbatch, seq_len), generator=g)
+    targets = torch.randint(0, shape.vocab_size, (microbatch, seq_len), generator=g)
     first_times, last_times = [], []
     activations = first.forward(0, ids)
     for rep in range(reps + 1):

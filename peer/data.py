@@ -1,4 +1,10 @@
-"""Byte-level training data: a corpus is a byte string, a sample is a window of it.
+"""Training data: a corpus is a byte string, a token a fixed tuple of its bytes, a sample a window of
+tokens.
+
+A token is `token_bytes` consecutive bytes read as one big-endian number (the preset's
+`token_bytes`): a byte (ids 0..255) or a pair of bytes (ids 0..65,535), so text needs no tokenizer
+and ids decode back to exactly the bytes they came from. The corpus is cut into tokens from its
+first byte, so every window sees the same pairing.
 
 The corpus is a dataset the coordinator holds, its shards concatenated in the manifest's order
 (`peer.dataset_cache` downloads and checks them); a peer never reads a path a run names.
@@ -14,22 +20,47 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from swarmhub.presets import TOKEN_BYTES
+
+
+def _token_dtype(token_bytes: int) -> np.dtype:
+    if token_bytes not in TOKEN_BYTES:
+        raise ValueError(f"token_bytes must be one of {TOKEN_BYTES}, got {token_bytes}")
+    return np.dtype(f">u{token_bytes}")
+
+
+def bytes_to_tokens(data: bytes, token_bytes: int) -> np.ndarray:
+    """The ids of `data`'s whole tokens (a trailing partial token is dropped)."""
+    usable = len(data) - len(data) % token_bytes
+    return np.frombuffer(data, dtype=_token_dtype(token_bytes), count=usable // token_bytes)
+
+
+def tokens_to_bytes(ids: np.ndarray | Tensor, token_bytes: int) -> bytes:
+    """The bytes `ids` stand for: the inverse of `bytes_to_tokens`."""
+    values = np.asarray(ids, dtype=np.int64)
+    if values.size and (values.min() < 0 or values.max() >= 256**token_bytes):
+        raise ValueError(f"token ids must be in 0..{256**token_bytes - 1}")
+    return values.astype(_token_dtype(token_bytes)).tobytes()
+
 
 class SampleSource:
-    """Non-overlapping windows of seq_len + 1 bytes, visited in a fresh seeded permutation every epoch."""
+    """Non-overlapping windows of seq_len + 1 tokens, visited in a fresh seeded permutation every epoch."""
 
     _CACHED_EPOCHS = 2  # a batch straddles at most two epochs
 
-    def __init__(self, corpus: bytes, seq_len: int, seed: int) -> None:
+    def __init__(self, corpus: bytes, seq_len: int, seed: int, *, token_bytes: int) -> None:
         if seq_len < 1:
             raise ValueError(f"seq_len must be positive, got {seq_len}")
         window = seq_len + 1
-        if len(corpus) < window:
-            raise ValueError(f"corpus of {len(corpus)} bytes is shorter than one sample ({window} bytes)")
+        tokens = bytes_to_tokens(corpus, token_bytes)
+        if len(tokens) < window:
+            raise ValueError(
+                f"corpus of {len(corpus)} bytes is shorter than one sample ({window * token_bytes} bytes)"
+            )
         self.seq_len = seq_len
         self.seed = seed
-        self.num_samples = len(corpus) // window
-        self._windows = np.frombuffer(corpus, dtype=np.uint8)[: self.num_samples * window].reshape(-1, window)
+        self.num_samples = len(tokens) // window
+        self._windows = tokens[: self.num_samples * window].reshape(-1, window)
         self._permutations: dict[int, np.ndarray] = {}
 
     def _permutation(self, epoch: int) -> np.ndarray:

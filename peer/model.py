@@ -1,4 +1,4 @@
-"""A GPT-style byte-level transformer LM, cut into pipeline stages.
+"""A GPT-style transformer LM over byte tokens (`peer/data.py`), cut into pipeline stages.
 
 The whole model lives here in one piece (nanoGPT style); `PipelineStage` owns a consecutive slice
 of it: the first stage the embeddings, the last the final LayerNorm and head. There is no dropout
@@ -22,7 +22,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import load_file, save, save_file
 from torch import Tensor, nn
 
-from swarmhub.presets import VOCAB_SIZE, ModelPreset
+from swarmhub.presets import ModelPreset
 
 
 def stage_layers(n_layer: int, num_stages: int, stage: int) -> range:
@@ -94,13 +94,13 @@ class PipelineStage(nn.Module):
         self.num_stages = num_stages
         self.layers = stage_layers(preset.n_layer, num_stages, stage)
         if self.is_first:
-            self.wte = nn.Embedding(VOCAB_SIZE, preset.d_model)
+            self.wte = nn.Embedding(preset.vocab_size, preset.d_model)
             self.wpe = nn.Embedding(preset.max_seq_len, preset.d_model)
         # Keys "blocks.<global layer index>" so a layer's parameters are named the same whatever the cut.
         self.blocks = nn.ModuleDict({str(i): Block(preset) for i in self.layers})
         if self.is_last:
             self.ln_f = nn.LayerNorm(preset.d_model)
-            self.head = nn.Linear(preset.d_model, VOCAB_SIZE)
+            self.head = nn.Linear(preset.d_model, preset.vocab_size)
 
     @property
     def is_first(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from swarmhub.presets import VOCAB_SIZE, ModelPreset
+from swarmhub.presets import ModelPreset
 
 FLOAT_BYTES = 4
 MAX_ACTIVATION_ELEMENTS = 1 << 24
@@ -74,7 +74,7 @@ def estimate_memory(
     # hidden and its activation, LayerNorms, residuals) and the attention scores and probabilities.
     per_block = tokens * 16 * preset.d_model + 2 * microbatch_size * preset.n_head * seq_len * seq_len
     # The last stage's logits, their softmax and their gradient; the call's input, output and grad.
-    head = 3 * tokens * VOCAB_SIZE
+    head = 3 * tokens * preset.vocab_size
     io = 4 * tokens * preset.d_model
     return MemoryEstimate(
         parameters=FLOAT_BYTES * params,

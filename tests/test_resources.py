@@ -20,7 +20,9 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 
-@pytest.mark.parametrize(("preset", "num_stages"), [("tiny", 1), ("tiny", 3), ("small", 3), ("small", 8)])
+@pytest.mark.parametrize(
+    ("preset", "num_stages"), [("tiny", 1), ("tiny", 3), ("small", 3), ("small", 8), ("swarm-ref", 4)]
+)
 def test_stage_parameters_match_the_built_stages(preset, num_stages):
     p = PRESETS[preset]
     for stage in range(num_stages):
@@ -41,6 +43,8 @@ def test_stage_parameters_match_the_built_stages(preset, num_stages):
         ("xl", 1, 8, 256, "sgd", 12 * GiB, 28 * GiB),
         # Long sequences: the attention scores dominate the activations.
         ("large", 24, 16, 1024, "adamw", 2 * GiB, 8 * GiB),
+        # A 65,536-token head: its logits, their softmax and gradient dominate (1.5 GiB of ~2.1).
+        ("swarm-ref", 4, 8, 256, "adamw", 2 * GiB, 3 * GiB),
     ],
 )
 def test_memory_estimate_table(preset, num_stages, microbatch, seq_len, optimizer, low, high):

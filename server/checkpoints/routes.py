@@ -33,7 +33,7 @@ from server.schemas import ErrorOut
 from server.services import runs
 from server.services.events import record_event
 from server.services.runs import JOINABLE_STATUSES, run_spec
-from swarmhub.presets import VOCAB_SIZE, get_preset
+from swarmhub.presets import get_preset
 
 router = APIRouter(
     prefix="/api/runs/{run_id}/checkpoints",
@@ -306,7 +306,8 @@ def model_config_json(run: Run, step: int) -> dict[str, object]:
         "n_layer": preset.n_layer,
         "n_head": preset.n_head,
         "max_seq_len": preset.max_seq_len,
-        "vocab_size": VOCAB_SIZE,
+        "vocab_size": preset.vocab_size,
+        "token_bytes": preset.token_bytes,
         "parameter_count": preset.parameter_count,
         "num_stages": run.num_stages,
         "stage_files": [f"stage-{s}.safetensors" for s in range(run.num_stages)],

@@ -48,6 +48,13 @@ def test_stage_is_built_from_the_preset() -> None:
     assert last.head.out_features == 256 and first.blocks["0"].attn.n_head == TINY.n_head
 
 
+def test_the_vocabulary_follows_the_presets_token_size() -> None:
+    ref = get_preset("swarm-ref")
+    first = PipelineStage(ref, 0, 4)
+    last = PipelineStage(ref, 3, 4)
+    assert first.wte.num_embeddings == last.head.out_features == ref.vocab_size == 65536
+
+
 def _batch(batch: int = 2, seq_len: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, 256, (batch, seq_len + 1), generator=g)
@@ -127,7 +134,7 @@ def test_gpt2_init_scales() -> None:
     assert torch.count_nonzero(block.mlp.c_fc.bias) == 0
 
 
-@pytest.mark.parametrize(("preset", "num_stages"), [("tiny", 1), ("tiny", 4), ("small", 3)])
+@pytest.mark.parametrize(("preset", "num_stages"), [("tiny", 1), ("tiny", 4), ("small", 3), ("swarm-ref", 4)])
 def test_parameter_count_matches_preset(preset: str, num_stages: int) -> None:
     shape = get_preset(preset)
     stages = [PipelineStage(shape, s, num_stages) for s in range(num_stages)]

@@ -25,7 +25,7 @@ from peer.model import build_stage
 from peer.spot_checks import Evidence, tolerance
 from peer.stage_server import StageServer
 from peer.stage_worker import StageWorker
-from swarmhub.presets import VOCAB_SIZE, get_preset
+from swarmhub.presets import get_preset
 from swarmhub.tickets import issue_ticket, run_ticket_key, run_ticket_public_key
 from swarmhub.wire import ArbitrationVerdict, CompressionName, RunSpec
 
@@ -35,6 +35,7 @@ RUN, TRAINER, CHECKED, CHECKER, REFEREE = 3, 9, 4, 5, 6
 RUN_SECRET = "the run's data key, known only to the coordinator"
 LIMIT = 1 << 22
 SEQ, SAMPLES, D_MODEL, SEED = 16, 2, 64, 1
+VOCAB_SIZE = get_preset("tiny").vocab_size
 
 
 def run_spec(compression: CompressionName = "none") -> RunSpec:

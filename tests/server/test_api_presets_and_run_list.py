@@ -28,7 +28,11 @@ def test_presets_are_public_and_match_swarmhub_presets(client):
         }
         for p in PRESETS.values()
     ]
-    assert [p["name"] for p in response.json()][:2] == ["tiny", "small"]
+    names = [p["name"] for p in response.json()]
+    assert names[:3] == ["tiny", "small", "swarm-ref"]
+    # Smallest first, the pair-token preset (whose embeddings and head are 65,536 tokens wide) too.
+    counts = [p["parameter_count"] for p in response.json()]
+    assert counts == sorted(counts)
 
 
 def test_presets_are_in_the_openapi_schema(client):

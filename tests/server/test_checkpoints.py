@@ -248,6 +248,7 @@ def test_the_owner_downloads_the_whole_model(app, client, owner_headers, run_id,
             assert torch.equal(state["optim.0.exp_avg"], _state(seed)["optim.0.exp_avg"])
     assert config["step"] == 3 and config["num_stages"] == 2 and config["model_preset"] == "tiny"
     assert (config["d_model"], config["n_layer"], config["n_head"], config["max_seq_len"]) == (64, 4, 4, 256)
+    assert (config["vocab_size"], config["token_bytes"]) == (256, 1)
     assert config["parameter_count"] > 0 and config["run"]["run_id"] == run_id
     assert "data_key" not in json.dumps(config)
 

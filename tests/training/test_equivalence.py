@@ -42,9 +42,10 @@ def reference_parameters(spec: RunSpec, steps: int) -> list[dict[str, torch.Tens
     `target_batch_size` consecutive global samples, as the coordinator grants them when no
     microbatch fails."""
     torch.manual_seed(0)
-    stages = build_full_model(get_preset(spec.model_preset), spec.num_stages, spec.seed)
+    preset = get_preset(spec.model_preset)
+    stages = build_full_model(preset, spec.num_stages, spec.seed)
     optimizers = [make_optimizer(spec, list(stage.parameters())) for stage in stages]
-    samples = SampleSource(stdlib_corpus(), spec.seq_len, spec.seed)
+    samples = SampleSource(stdlib_corpus(), spec.seq_len, spec.seed, token_bytes=preset.token_bytes)
     for step in range(steps):
         inputs, targets = samples.batch(step * spec.target_batch_size, spec.target_batch_size)
         loss = full_forward_loss(stages, inputs, targets)
