@@ -205,7 +205,12 @@ class MetricOut(Out):
     name: str
     """samples_per_s, wire_bytes (data-plane bytes of the step), retries (stage calls retried), or the
     step's spot checks: spot_check_calls, spot_check_bytes (both ways), spot_check_seconds and
-    spot_check_largest_agreeing (the largest discrepancy seen so far between results that agreed)."""
+    spot_check_largest_agreeing (the largest discrepancy seen so far between results that agreed);
+    where the step's time went, four parts that add up to one whole step (from the previous step's
+    averaging to this one's): time_compute_s (the serving peers' mean compute), time_waiting_s (the
+    rest of collecting: transfers, queueing, idle), time_averaging_s and time_coordinator_s
+    (recording, applying, opening the step); activation_cache_hits and activation_cache_misses
+    (backward calls that found their kept forward, or found it gone)."""
     value: float
     created_at: datetime
 

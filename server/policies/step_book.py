@@ -10,7 +10,10 @@ peers actually accumulated and averaged) plus samples lost on that stage equal s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from swarmhub.wire import ServedCall
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +67,11 @@ class StepBook:
     """Spot checks trainers made while this step was open: second calls, their bytes and wall time."""
     check_largest_agreeing: float = 0.0
     """The largest discrepancy any trainer has seen between two results that agreed (so far)."""
+    served_compute: dict[int, float] = field(default_factory=dict)
+    """Serving peer id -> seconds it spent computing the finished microbatches' stage calls."""
+    cache_hits: int = 0
+    cache_misses: int = 0
+    """Backward calls served from a kept forward activation, and those that found it gone."""
     _sequence: int = 0
 
     def __post_init__(self) -> None:
@@ -102,7 +110,15 @@ class StepBook:
         self.outstanding[grant.microbatch_id] = grant
         return grant
 
-    def complete(self, microbatch_id: str, loss: float, *, wire_bytes: int = 0, retries: int = 0) -> bool:
+    def complete(
+        self,
+        microbatch_id: str,
+        loss: float,
+        *,
+        wire_bytes: int = 0,
+        retries: int = 0,
+        served: Sequence[ServedCall] = (),
+    ) -> bool:
         """Record a finished microbatch; False if it is not outstanding (unknown, late or repeated)."""
         grant = self.outstanding.pop(microbatch_id, None)
         if grant is None:
@@ -111,6 +127,10 @@ class StepBook:
         self.losses[microbatch_id] = loss
         self.wire_bytes += wire_bytes
         self.retries += retries
+        for call in served:
+            self.served_compute[call.peer_id] = (
+                self.served_compute.get(call.peer_id, 0.0) + call.compute_seconds
+            )
         return True
 
     def add_checks(self, calls: int, nbytes: int, seconds: float, largest_agreeing: float) -> None:
@@ -118,6 +138,10 @@ class StepBook:
         self.check_bytes += nbytes
         self.check_seconds += seconds
         self.check_largest_agreeing = max(self.check_largest_agreeing, largest_agreeing)
+
+    def add_cache(self, hits: int, misses: int) -> None:
+        self.cache_hits += hits
+        self.cache_misses += misses
 
     def fail(self, microbatch_id: str) -> Grant | None:
         """Record a microbatch its trainer gave up on. Its samples are not granted again this step:

@@ -159,6 +159,12 @@ def record_committed_step(session: Session, run_id: int, record: RecordStep) -> 
         ("spot_check_bytes", record.check_bytes),
         ("spot_check_seconds", record.check_seconds),
         ("spot_check_largest_agreeing", record.check_largest_agreeing),
+        ("time_compute_s", record.time_compute_s),
+        ("time_waiting_s", record.time_waiting_s),
+        ("time_averaging_s", record.time_averaging_s),
+        ("time_coordinator_s", record.time_coordinator_s),
+        ("activation_cache_hits", record.cache_hits),
+        ("activation_cache_misses", record.cache_misses),
     ):
         record_metric(session, run_id=run_id, step=record.step, name=name, value=value)
     lost = {

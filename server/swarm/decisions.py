@@ -100,6 +100,14 @@ class RecordStep:
     check_bytes: int
     check_seconds: float
     check_largest_agreeing: float
+    time_compute_s: float
+    time_waiting_s: float
+    time_averaging_s: float
+    time_coordinator_s: float
+    """Where the step's time went; the four add up to one whole step (`server.policies.step_time`)."""
+    cache_hits: int
+    cache_misses: int
+    """Activation-cache hits and misses the stage servers reported while the step was open."""
     learning_rate: float
     grad_scale: float
     attempts: tuple[int, ...]

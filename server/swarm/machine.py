@@ -97,6 +97,7 @@ class RunMachine(Verification):
                 member.samples_done = message.samples_done
                 member.links = message.links
                 self._count_checks(member, message.spot_checks)
+                self._count_cache(member.peer_id, message.activation_cache)
             case WorkRequest():
                 self._send(member, self._grant(member, now))
             case MicrobatchDone():
@@ -110,6 +111,7 @@ class RunMachine(Verification):
                         message.loss,
                         wire_bytes=message.bytes_sent,
                         retries=message.retries,
+                        served=message.served,
                     )
                     self._maybe_barrier(now)
             case MicrobatchFailed():

@@ -9,6 +9,9 @@ A global step goes through four phases:
   never leaves a peer ahead of the database: a step recorded is never undone, and no update is
   applied that the database does not hold.
 - APPLYING: members apply the recorded update; when all have (or are gone) the next step opens.
+
+Each step's record says where its time went (`server.policies.step_time`): the moments it opened,
+reached its barrier and was averaged are kept here.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from enum import StrEnum
 
 from server.policies.averaging import AveragingRound
 from server.policies.step_book import StepBook
+from server.policies.step_time import split_step_time
 from server.swarm import decisions as do
 from server.swarm.members import Member
 from swarmhub.presets import get_preset
 from swarmhub.schedule import clip_scale, learning_rate
 from swarmhub.status import RunStatus
 from swarmhub.wire import (
+    ActivationCacheTally,
     ApplyStep,
     CheckpointRequest,
     Message,
@@ -83,6 +88,11 @@ class StepCycle:
         """Stages whose round passed its deadline with nobody to blame: these members take an empty step."""
         self.pending_apply: set[int] = set()
         self.step_started = now
+        self.barrier_at = now
+        self.averaged_at: float | None = None
+        """When the previous step's rounds completed; None until one did since the machine started."""
+        self.cache_seen: dict[int, ActivationCacheTally] = {}
+        """Each peer's last activation-cache running totals, so a step books only what is new."""
         self.view_sent = -1e9
         self.checkpoint_wanted = False
         self._recording: tuple[do.RecordStep, dict[int, ApplyStep]] | None = None
@@ -102,6 +112,7 @@ class StepCycle:
         if any(m.loading and now - m.assigned_at < JOIN_HOLD_S for m in self.members.values()):
             return  # checked again when the joiner is ready, and on every tick
         self.phase = Phase.AVERAGING
+        self.barrier_at = now
         self.rounds = {
             stage: AveragingRound(
                 stage=stage, attempt=0, group=frozenset(m.peer_id for m in self.ready(stage))
@@ -140,6 +151,15 @@ class StepCycle:
             [self.rounds[s].grad_sum_norm_sq() / samples[s] ** 2 for s in stages if samples[s]]
         )
         summary = book.summarize([self.rounds[s].counted() for s in stages])
+        times = split_step_time(
+            previous_averaged=self.averaged_at,
+            opened=self.step_started,
+            barrier=self.barrier_at,
+            averaged=now,
+            compute_s=sum(book.served_compute.values()),
+            serving_peers=len(book.served_compute),
+        )
+        self.averaged_at = now
         applies = {
             s: ApplyStep(
                 step=book.step,
@@ -166,6 +186,12 @@ class StepCycle:
             check_bytes=book.check_bytes,
             check_seconds=book.check_seconds,
             check_largest_agreeing=book.check_largest_agreeing,
+            time_compute_s=times.compute_s,
+            time_waiting_s=times.waiting_s,
+            time_averaging_s=times.averaging_s,
+            time_coordinator_s=times.coordinator_s,
+            cache_hits=book.cache_hits,
+            cache_misses=book.cache_misses,
             learning_rate=rate,
             grad_scale=scale,
             attempts=tuple(self.rounds[s].attempt for s in stages),
@@ -210,6 +236,14 @@ class StepCycle:
             self._broadcast(RunStatusChanged(status=RunStatus.FINISHED))
             return
         self._step_opened(now)
+
+    def _count_cache(self, peer_id: int, tally: ActivationCacheTally) -> None:
+        """Book a heartbeat's activation-cache hits and misses new since the peer's last one."""
+        before = self.cache_seen.get(peer_id, ActivationCacheTally())
+        if tally.hits < before.hits or tally.misses < before.misses:
+            before = ActivationCacheTally()  # the peer restarted: its totals began again
+        self.book.add_cache(tally.hits - before.hits, tally.misses - before.misses)
+        self.cache_seen[peer_id] = tally
 
     def _request_checkpoint(self) -> None:
         """Ask the fastest ready peer of each stage to upload its state as of the step just opened."""

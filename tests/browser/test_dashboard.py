@@ -84,6 +84,10 @@ def test_create_run_shows_client_and_server_validation_next_to_fields(page, owne
     assert "249.5k parameters" in page.locator(".run-page .page-head").inner_text()
     assert page.get_by_test_id("spot-check-fraction").inner_text() == "spot checks 5%"
     page.get_by_test_id("spot-checks").wait_for()
+    # Where a step's time goes: the card is there before any step, and its text alternative says so.
+    page.get_by_test_id("step-time").get_by_role("heading", name="Where a step's time goes").wait_for()
+    assert page.get_by_test_id("step-time-summary").inner_text() == "No step has a time split yet."
+    assert page.get_by_test_id("step-time-chart").get_attribute("data-points") == "0"
     run_id = int(page.url.rsplit("/", 1)[1])
     assert owner_api.get(f"/api/runs/{run_id}").json()["spot_check_fraction"] == 0.05
 

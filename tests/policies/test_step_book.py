@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.policies.step_book import Grant, StageTally, StepBook, StepSummary
+from swarmhub.wire import ServedCall
 
 
 def book(target: int = 10, microbatch: int = 4, cursor: int = 0, step: int = 0) -> StepBook:
@@ -402,3 +403,28 @@ def test_random_event_sequences_keep_the_books(
     assert b.ready_for_barrier()
     assert b.samples_done == target
     assert b.samples_sent - b.samples_done == sum(x.samples for x in b.failed.values())
+
+
+# ---- where the step's time and activation cache went ------------------------------------------------
+
+
+def test_served_compute_is_summed_per_serving_peer_for_finished_microbatches_only() -> None:
+    b = book(target=12)
+    first, second, third = grant_all(b)
+
+    def call(peer_id: int, compute: float) -> ServedCall:
+        return ServedCall(peer_id=peer_id, samples=4, seconds=1.0, compute_seconds=compute)
+
+    assert b.complete(first.microbatch_id, 1.0, served=[call(1, 0.25), call(2, 0.5)])
+    assert b.complete(second.microbatch_id, 1.0, served=[call(2, 0.5), call(3, 0.0)])
+    # Repeated or failed: their calls are not booked.
+    assert not b.complete(first.microbatch_id, 1.0, served=[call(1, 9.0)])
+    b.fail(third.microbatch_id)
+    assert not b.complete(third.microbatch_id, 1.0, served=[call(4, 9.0)])
+    assert b.served_compute == {1: 0.25, 2: 1.0, 3: 0.0}
+    b.add_cache(3, 1)
+    b.add_cache(2, 0)
+    assert (b.cache_hits, b.cache_misses) == (5, 1)
+    # The next step starts its own books.
+    following = b.next_book()
+    assert (following.served_compute, following.cache_hits, following.cache_misses) == ({}, 0, 0)

@@ -1,12 +1,12 @@
 // What checking peers' results costs this run: the spot-check calls' traffic and time, per step
 // and in total, next to the share of stage calls the run checks.
 import { useMemo } from "react";
+import type { CheckCosts } from "../checks";
 import { formatBytes, formatCount, formatSeconds, percentOf } from "../format";
-import { useCheckCosts } from "../hooks/useCheckCosts";
 import { Chart } from "./Chart";
 
-export function SpotCheckPanel(props: { runId: number; fraction: number; latestStep: number | null }) {
-  const { costs, version } = useCheckCosts(props.runId, props.latestStep);
+export function SpotCheckPanel(props: { costs: CheckCosts; version: number; fraction: number }) {
+  const { costs, version } = props;
   const columns = useMemo(() => costs.series.columns(2), [costs, version]);
   const bytesData = useMemo(() => [columns[0], columns[1]], [columns]);
   const secondsData = useMemo(() => [columns[0], columns[2]], [columns]);

@@ -6,9 +6,11 @@ import { EventLog } from "../components/EventLog";
 import { JoinPanel } from "../components/JoinPanel";
 import { SpotCheckPanel } from "../components/SpotCheckPanel";
 import { StatusBadge } from "../components/StatusBadge";
+import { StepTimePanel } from "../components/StepTimePanel";
 import { SwarmView } from "../components/SwarmView";
 import { formatCount, formatNumber, percentOf } from "../format";
 import { useRunFeed } from "../hooks/useRunFeed";
+import { useRunMetrics } from "../hooks/useRunMetrics";
 import { formatDuration } from "../series";
 
 function FeedIndicator({ status, retryInMs }: { status: string; retryInMs?: number }) {
@@ -25,6 +27,7 @@ function FeedIndicator({ status, retryInMs }: { status: string; retryInMs?: numb
 
 export function RunPage({ runId }: { runId: number }) {
   const { state, series, setRun } = useRunFeed(runId);
+  const { metrics, version: metricsVersion } = useRunMetrics(runId, state.lastStep?.step ?? null);
   const [error, setError] = useState("");
   const [busy, setBusy] = useState(false);
   const [showDeparted, setShowDeparted] = useState(false);
@@ -199,11 +202,11 @@ export function RunPage({ runId }: { runId: number }) {
       </div>
 
       <div className="card">
-        <SpotCheckPanel
-          runId={runId}
-          fraction={run.spot_check_fraction}
-          latestStep={state.lastStep?.step ?? null}
-        />
+        <StepTimePanel times={metrics.times} version={metricsVersion} />
+      </div>
+
+      <div className="card">
+        <SpotCheckPanel costs={metrics.checks} version={metricsVersion} fraction={run.spot_check_fraction} />
       </div>
     </section>
   );

@@ -1,22 +1,32 @@
-// The run page's spot-check costs: per-step metrics are not in the feed, so they are read from
-// GET /api/runs/{id}/metrics each time the feed reports a new step, from where the last read
-// stopped. Opening the page reads only the most recent WINDOW steps, so a long run costs a few
-// requests, not its whole history.
+// The run page's per-step metrics (spot-check costs, where a step's time goes): they are not in the
+// feed, so they are read from GET /api/runs/{id}/metrics each time the feed reports a new step,
+// from where the last read stopped. Opening the page reads only the most recent WINDOW steps, so a
+// long run costs a few requests, not its whole history.
 import { useEffect, useRef, useState } from "react";
 import { call, client } from "../api";
 import { CheckCosts, wholeSteps } from "../checks";
+import { StepTimes } from "../stepTime";
 
 const WINDOW = 1000;
 const PAGE = 1000;
 
-export function useCheckCosts(runId: number, latestStep: number | null): { costs: CheckCosts; version: number } {
-  const [costs, setCosts] = useState(() => new CheckCosts());
+export interface RunMetrics {
+  checks: CheckCosts;
+  times: StepTimes;
+}
+
+function newMetrics(): RunMetrics {
+  return { checks: new CheckCosts(), times: new StepTimes() };
+}
+
+export function useRunMetrics(runId: number, latestStep: number | null): { metrics: RunMetrics; version: number } {
+  const [metrics, setMetrics] = useState(newMetrics);
   const [version, setVersion] = useState(0);
   const refresh = useRef<(latest: number) => void>(() => undefined);
 
   useEffect(() => {
-    const mine = new CheckCosts();
-    setCosts(mine);
+    const mine = newMetrics();
+    setMetrics(mine);
     let after: number | null = null;
     let wanted = -1;
     let loading = false;
@@ -42,7 +52,8 @@ export function useCheckCosts(runId: number, latestStep: number | null): { costs
             );
             if (stopped) return;
             const page = wholeSteps(rows, PAGE);
-            mine.add(page.rows);
+            mine.checks.add(page.rows);
+            mine.times.add(page.rows);
             after = Math.max(from, page.after ?? from);
             setVersion((v) => v + 1);
             if (!page.more) break;
@@ -68,5 +79,5 @@ export function useCheckCosts(runId: number, latestStep: number | null): { costs
     if (latestStep !== null) refresh.current(latestStep);
   }, [runId, latestStep]);
 
-  return { costs, version };
+  return { metrics, version };
 }

@@ -1,0 +1,44 @@
+"""split_step_time: the four parts of a step's time from its moments and its served compute."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.policies.step_time import split_step_time
+
+
+@pytest.mark.parametrize(
+    ("previous", "opened", "barrier", "averaged", "compute", "peers", "expected"),
+    [
+        # The first step since the coordinator started: nothing before its opening.
+        (None, 10.0, 14.0, 15.0, 3.0, 2, (1.5, 2.5, 1.0, 0.0)),
+        (8.0, 10.0, 14.0, 15.0, 3.0, 2, (1.5, 2.5, 1.0, 2.0)),
+        # No serving peer reported (a one-peer run's own calls still count; here nobody served).
+        (8.0, 10.0, 14.0, 15.0, 0.0, 0, (0.0, 4.0, 1.0, 2.0)),
+        # Busier than the step was long (a peer's clock, or calls of an earlier step): capped.
+        (8.0, 10.0, 14.0, 15.0, 20.0, 2, (4.0, 0.0, 1.0, 2.0)),
+        # Averaging with nothing to wait for.
+        (9.0, 10.0, 11.0, 11.0, 1.0, 1, (1.0, 0.0, 0.0, 1.0)),
+    ],
+)
+def test_the_parts_of_a_step(
+    previous: float | None,
+    opened: float,
+    barrier: float,
+    averaged: float,
+    compute: float,
+    peers: int,
+    expected: tuple[float, float, float, float],
+) -> None:
+    split = split_step_time(
+        previous_averaged=previous,
+        opened=opened,
+        barrier=barrier,
+        averaged=averaged,
+        compute_s=compute,
+        serving_peers=peers,
+    )
+    assert (split.compute_s, split.waiting_s, split.averaging_s, split.coordinator_s) == pytest.approx(
+        expected
+    )
+    assert split.total_s == pytest.approx(averaged - (opened if previous is None else previous))
