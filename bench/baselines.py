@@ -1,6 +1,7 @@
 """Baselines for the SWARM benchmarks: the same model, data and optimizer rule in one process, and as a
-synchronous GPipe pipeline with PyTorch's own `torch.distributed.pipelining` (gloo over loopback,
-one process per stage, one thread each).
+synchronous pipeline with PyTorch's own `torch.distributed.pipelining` (gloo over loopback, one
+process per stage, one thread each), scheduled GPipe-style (`ScheduleGPipe`: every forward, then
+every backward) or 1F1B (`Schedule1F1B`: one forward, one backward, interleaved once full).
 
 Both take a global step exactly as a SwarmHub run does: the batch is cut into microbatches of the
 run's size, each stage's gradient is the batch-mean gradient, every gradient is scaled by
@@ -148,7 +149,9 @@ def _step_stage_list(
         apply_gradients(stage, optimizer, grads, lr)
 
 
-# ---- GPipe with torch.distributed.pipelining ---------------------------------------------------
+# ---- GPipe and 1F1B with torch.distributed.pipelining ------------------------------------------
+
+SCHEDULES = ("gpipe", "1f1b")
 
 
 def _free_port() -> int:
@@ -157,9 +160,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _gpipe_worker(rank: int, cfg: TrainConfig, steps: int, warmup: int, port: int, result_path: str) -> None:
+def _pipeline_worker(
+    rank: int, cfg: TrainConfig, steps: int, warmup: int, port: int, result_path: str, schedule_name: str
+) -> None:
     import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     torch.set_num_threads(1)
     world = cfg.num_stages
@@ -178,7 +183,8 @@ def _gpipe_worker(rank: int, cfg: TrainConfig, steps: int, warmup: int, port: in
         def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1))
 
-        schedule = ScheduleGPipe(stage, n_microbatches=cfg.microbatches, loss_fn=loss_fn)
+        kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule_name]
+        schedule = kind(stage, n_microbatches=cfg.microbatches, loss_fn=loss_fn)
         optimizer = make_optimizer(cfg.run_spec(), list(module.parameters()))
         source = SampleSource(
             stdlib_corpus(), cfg.seq_len, cfg.seed, token_bytes=get_preset(cfg.preset).token_bytes
@@ -222,21 +228,33 @@ def _gpipe_worker(rank: int, cfg: TrainConfig, steps: int, warmup: int, port: in
         dist.destroy_process_group()
 
 
-def gpipe(cfg: TrainConfig, steps: int, warmup: int) -> dict[str, Any]:
-    """The GPipe baseline in `num_stages` spawned processes; samples/s measured on the last stage."""
+def torch_pipeline(cfg: TrainConfig, steps: int, warmup: int, schedule: str) -> dict[str, Any]:
+    """A torch.distributed.pipelining baseline (`schedule`: gpipe or 1f1b) in `num_stages` spawned
+    processes; samples/s measured on the last stage."""
     import torch.multiprocessing as mp
 
-    with tempfile.TemporaryDirectory(prefix="bench-gpipe-") as tmp:
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    with tempfile.TemporaryDirectory(prefix=f"bench-{schedule}-") as tmp:
         result_path = os.path.join(tmp, "result.json")
         mp.spawn(
-            _gpipe_worker,
-            args=(cfg, steps, warmup, _free_port(), result_path),
+            _pipeline_worker,
+            args=(cfg, steps, warmup, _free_port(), result_path, schedule),
             nprocs=cfg.num_stages,
             join=True,
         )
         result = json.loads(Path(result_path).read_text())
     result["processes"] = cfg.num_stages
+    result["schedule"] = schedule
     return result
+
+
+def gpipe(cfg: TrainConfig, steps: int, warmup: int) -> dict[str, Any]:
+    return torch_pipeline(cfg, steps, warmup, "gpipe")
+
+
+def one_f_one_b(cfg: TrainConfig, steps: int, warmup: int) -> dict[str, Any]:
+    return torch_pipeline(cfg, steps, warmup, "1f1b")
 
 
 def loss_check(single: dict[str, Any], pipe: dict[str, Any]) -> dict[str, Any]:
@@ -275,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     singles = [single_process(cfg, steps, warmup, t) for t in thread_counts]
     single = singles[0]
     pipe = gpipe(cfg, steps, warmup)
+    interleaved = one_f_one_b(cfg, steps, warmup)
     check = loss_check(single, pipe)
     rows = [
         {
@@ -294,6 +313,15 @@ def main(argv: list[str] | None = None) -> int:
             "first_loss": pipe["losses"][0],
             "last_loss": pipe["losses"][-1],
         },
+        {
+            "system": (
+                f"1F1B, torch.distributed.pipelining ({interleaved['processes']} procs x 1 thread, gloo)"
+            ),
+            "samples_per_s": interleaved["samples_per_s"],
+            "ratio_to_one_process": interleaved["samples_per_s"] / single["samples_per_s"],
+            "first_loss": interleaved["losses"][0],
+            "last_loss": interleaved["losses"][-1],
+        },
     ]
     print_table(rows, ["system", "samples_per_s", "ratio_to_one_process", "first_loss", "last_loss"])
     print_loss_check(check)
@@ -302,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in singles:
             ax.plot(s["losses"], label=f"one process, {s['threads']} thread(s)")
         ax.plot(pipe["losses"], "--", label="GPipe (torch.distributed.pipelining)")
+        ax.plot(interleaved["losses"], ":", label="1F1B (torch.distributed.pipelining)")
         ax.set_xlabel("step")
         ax.set_ylabel("training loss")
         ax.set_title(f"{cfg.preset}: {single['samples_per_s']:.0f} vs {pipe['samples_per_s']:.0f} samples/s")

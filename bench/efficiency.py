@@ -1,0 +1,409 @@
+"""Efficiency: SwarmHub's training rate as a fraction of what its peers' compute allows, and against
+PyTorch's own 1F1B pipeline, in regimes where CPU contention does not decide the result.
+
+Compute-bound shape (no slowdown): byte-level GPT d_model 256, 8 blocks, 8 heads (preset `small`),
+seq 256, batch 32, microbatches of 4, AdamW; one process with 2 threads, `torch.distributed.
+pipelining` `Schedule1F1B` over gloo (2 ranks x 1 thread), and SwarmHub with 2 peers on 2 stages
+(the configuration of `swarmhub demo --preset small --peers 2 --stages 2 --microbatch-size 4
+--seq-len 256`), measured one after the other in this run.
+
+Emulated regime: every peer runs with `--slowdown k` (times a speed factor: 1, 2 or 4), which
+stretches each compute call by sleeping (k - 1) times its compute. A peer then occupies a core for
+1/k of its wall time, so with k = 10 (the default) 8 peers need 0.8 of a core for their compute,
+leaving the other of the machine's 2 cores to trainers, serialization and the coordinator: each
+peer computes at the rate it would have on a device of its own, 10x slower than one core. The ideal
+rate (bench.ideal) comes from those emulated rates: each stage's seconds per sample measured once
+in this process at slowdown 1 (forward and backward of the run's microbatch, one thread, median of
+several, no other load) times each peer's slowdown, and the best placement of whole peers on
+stages; its bottleneck stage's capacity is the ideal. Scenarios (8 peers): homogeneous; one peer 4x
+slower, rebalancing on and off; three speeds (3 x 1, 3 x 2, 2 x 4), on and off; the `swarm-ref`
+preset (a last stage several times heavier) with rebalancing. Peers start placed evenly by count
+(peer p on stage p mod S), so what rebalancing gains shows; the rate of that start placement is
+reported next to the ideal. With one slow peer on stages of equal cost the even start is already
+an optimal integer placement, so on and off can only differ by noise there.
+
+Churn: a homogeneous emulated swarm where every `--churn-every` seconds a random live peer is
+SIGKILLed and a replacement (same options) started. It is compared with a fixed pipeline that must
+restart from its last checkpoint when any member dies, which is modelled, not run
+(`bench.ideal.fixed_pipeline_samples`), with figures that favour it: it trains at the ideal rate of
+the same peers placed evenly (no communication or bubble), checkpoints for free every
+`checkpoint_every_steps` steps (the coordinator's setting), dies at the same moments as the swarm's
+peers, and is back after the time the swarm's replacements took from process start to being
+assigned a stage (the median; before any checkpoint download, which the fixed pipeline gets free).
+
+Rates: samples of the steps after the warm-up over the time between their commits (created_at of
+the last warm-up step to that of the last step). Moves are `rebalance` events; samples lost to moves
+are the samples_lost of each move's step and the next. The step-time split is the mean of the
+per-step metrics time_compute_s, time_waiting_s, time_averaging_s and time_coordinator_s over the
+timed steps, where the coordinator records them.
+
+    .venv/bin/python -m bench.efficiency [--slowdown 10] [--steps 30] [--churn-s 300] [--smoke] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import signal
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from bench.baselines import TrainConfig, one_f_one_b, single_process
+from bench.ideal import best_placement, even_placement, fixed_pipeline_samples, placement_rate
+from bench.report import RESULTS_DIR, print_table, write_results
+from launch.local_swarm import LocalSwarm
+from peer.model import build_stage
+from swarmhub.presets import get_preset
+from swarmhub.settings import ServerSettings
+
+DEFAULT_SLOWDOWN = 10.0
+STEP_TIME_METRICS = ("time_compute_s", "time_waiting_s", "time_averaging_s", "time_coordinator_s")
+CALIBRATION_REPEATS = 7
+
+
+@dataclass(kw_only=True)
+class Scenario:
+    name: str
+    cfg: TrainConfig
+    slowdowns: list[float]
+    """One per peer: its `--slowdown` (1: none)."""
+    start: Literal["even", "auto"] = "even"
+    """even: peer p asks for stage p mod S; auto: the coordinator places each peer as it joins."""
+    rebalance: bool = True
+    churn_every_s: float | None = None
+    """Kill a random live peer this often and start a replacement (runs `churn_s`, not `steps`)."""
+    seed: int = 0
+
+
+@dataclass
+class Timing:
+    steps: int
+    warmup: int
+    churn_s: float
+    stage_seconds: dict[tuple[str, int, int, int], list[float]] = field(default_factory=dict)
+    """Calibrations already measured, by (preset, stages, microbatch, seq_len)."""
+
+
+def calibrate_stage_seconds(cfg: TrainConfig, repeats: int = CALIBRATION_REPEATS) -> list[float]:
+    """Each stage's seconds per sample at slowdown 1: forward and backward of one microbatch on one
+    thread (as a peer computes), the median of `repeats` after one untimed pass."""
+    preset = get_preset(cfg.preset)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    try:
+        seconds = []
+        for s in range(cfg.num_stages):
+            module = build_stage(preset, s, cfg.num_stages, cfg.seed)
+            shape = (cfg.microbatch_size, cfg.seq_len)
+            targets = torch.randint(0, preset.vocab_size, shape, generator=generator)
+            if s == 0:
+                x = torch.randint(0, preset.vocab_size, shape, generator=generator)
+            else:
+                x = torch.randn(*shape, preset.d_model, generator=generator, requires_grad=True)
+            times = []
+            for _ in range(repeats + 1):
+                started = time.perf_counter()
+                out = module(x)
+                if module.is_last:
+                    module.loss(out, targets).backward()
+                else:
+                    out.backward(torch.ones_like(out))
+                times.append(time.perf_counter() - started)
+                module.zero_grad(set_to_none=True)
+            seconds.append(statistics.median(times[1:]) / cfg.microbatch_size)
+    finally:
+        torch.set_num_threads(previous)
+    return seconds
+
+
+def _commit_time(row: dict[str, Any]) -> float:
+    return datetime.fromisoformat(row["created_at"].replace("Z", "+00:00")).timestamp()
+
+
+def timed_rate(rows: list[dict[str, Any]], warmup: int) -> float:
+    """Samples trained in the steps after `warmup` over the time between their commits."""
+    timed = rows[warmup:]
+    if warmup < 1 or not timed:
+        raise ValueError("a rate needs at least one warm-up step and one timed step")
+    elapsed = _commit_time(rows[-1]) - _commit_time(rows[warmup - 1])
+    samples = sum(r["samples_sent"] - r["samples_lost"] for r in timed)
+    return samples / elapsed if elapsed > 0 else 0.0
+
+
+def step_time_split(swarm: LocalSwarm, run_id: int, timed_steps: set[int]) -> dict[str, float]:
+    split = {}
+    for name in STEP_TIME_METRICS:
+        values = [m["value"] for m in swarm.metrics(run_id, name) if m["step"] in timed_steps]
+        if values:
+            split[name] = statistics.fmean(values)
+    return split
+
+
+def _peer_options(scenario: Scenario, index: int) -> list[str]:
+    options = []
+    if scenario.slowdowns[index] > 1.0:
+        options += ["--slowdown", f"{scenario.slowdowns[index]:g}"]
+    if scenario.start == "even":
+        options += ["--stage", str(index % scenario.cfg.num_stages)]
+    return options
+
+
+def _churn(swarm: LocalSwarm, scenario: Scenario, until: float) -> tuple[list[float], list[float]]:
+    """Kill a random live peer every `churn_every_s` until `until`, starting a replacement at once;
+    returns the kill times and the replacements' start times (the i-th is peer index N + i)."""
+    assert scenario.churn_every_s is not None
+    rng = random.Random(scenario.seed)
+    kills: list[float] = []
+    starts: list[float] = []
+    while (next_kill := (kills[-1] if kills else time.time()) + scenario.churn_every_s) < until:
+        time.sleep(max(0.0, next_kill - time.time()))
+        victim = rng.choice([p for p in swarm.peers if p.alive()])
+        victim.process.send_signal(signal.SIGKILL)
+        victim.process.wait()
+        kills.append(time.time())
+        swarm.start_peer(*victim.options)
+        starts.append(time.time())
+    time.sleep(max(0.0, until - time.time()))
+    return kills, starts
+
+
+def run_scenario(scenario: Scenario, timing: Timing) -> dict[str, Any]:
+    cfg = scenario.cfg
+    key = (cfg.preset, cfg.num_stages, cfg.microbatch_size, cfg.seq_len)
+    if key not in timing.stage_seconds:
+        timing.stage_seconds[key] = calibrate_stage_seconds(cfg)
+    stage_seconds = timing.stage_seconds[key]
+    ideal = best_placement(stage_seconds, scenario.slowdowns)
+    start = even_placement(len(scenario.slowdowns), cfg.num_stages)
+    churn = scenario.churn_every_s is not None
+    started = time.monotonic()
+    with LocalSwarm() as swarm:
+        run = swarm.create_run(
+            name=f"efficiency: {scenario.name}",
+            **{**cfg.run_params(), "max_steps": None if churn else timing.steps},
+            rebalance=scenario.rebalance,
+        )
+        for index in range(len(scenario.slowdowns)):
+            swarm.start_peer(*_peer_options(scenario, index))
+        kills: list[float] = []
+        replacement_starts: list[float] = []
+        window_start = 0.0
+        if churn:
+            swarm.wait_for_steps(run["id"], timing.warmup, timeout_s=600)
+            window_start = time.time()
+            kills, replacement_starts = _churn(swarm, scenario, window_start + timing.churn_s)
+            rows = swarm.steps(run["id"])
+        else:
+            rows = swarm.wait_for_steps(run["id"], timing.steps, timeout_s=300 + 60 * timing.steps)
+        events = swarm.events(run["id"])
+        finished = next((i for i, e in enumerate(events) if e["kind"] == "run_finished"), len(events))
+        if churn:
+            # The window is the churn period: steps committed in it, over its length.
+            inside = [r for r in rows if window_start < _commit_time(r) <= window_start + timing.churn_s]
+            rate = sum(r["samples_sent"] - r["samples_lost"] for r in inside) / timing.churn_s
+            timed = inside
+        else:
+            rate = timed_rate(rows, timing.warmup)
+            timed = rows[timing.warmup :]
+        split = step_time_split(swarm, run["id"], {r["step"] for r in timed})
+    during = events[:finished]
+    moves = [e for e in during if e["kind"] == "rebalance"]
+    move_steps = {e["data"]["step"] + d for e in moves if "step" in e["data"] for d in (0, 1)}
+    result: dict[str, Any] = {
+        "scenario": scenario.name,
+        "samples_per_s": rate,
+        "ideal_samples_per_s": ideal.rate,
+        "fraction_of_ideal": rate / ideal.rate,
+        "ideal_placement": ideal.placement,
+        "start_placement_rate": placement_rate(stage_seconds, scenario.slowdowns, start),
+        "stage_seconds_per_sample": stage_seconds,
+        "moves": len(moves),
+        "samples_lost_to_moves": sum(r["samples_lost"] for r in rows if r["step"] in move_steps),
+        "samples_lost": sum(r["samples_lost"] for r in timed),
+        "steps_timed": len(timed),
+        "step_time_split_s": split,
+        "failures": sum(1 for e in during if e["kind"] == "peer_lost"),
+        "events": [f"{e['kind']}: {e['message']}" for e in events],
+        "wall_s": time.monotonic() - started,
+        "config": {**asdict(scenario), "cfg": asdict(cfg)},
+    }
+    if churn:
+        result.update(
+            _fixed_pipeline(scenario, stage_seconds, events, window_start, kills, replacement_starts, timing)
+        )
+    return result
+
+
+def _fixed_pipeline(
+    scenario: Scenario,
+    stage_seconds: list[float],
+    events: list[dict[str, Any]],
+    window_start: float,
+    kills: list[float],
+    replacement_starts: list[float],
+    timing: Timing,
+) -> dict[str, Any]:
+    """The modelled fixed pipeline under the same deaths (see the module's docstring)."""
+    cfg = scenario.cfg
+    n = len(scenario.slowdowns)
+    assigned = {
+        e["message"].split(" serves")[0]: _commit_time(e) for e in events if e["kind"] == "stage_assigned"
+    }
+    delays = [
+        assigned[f"local-{n + i}"] - t
+        for i, t in enumerate(replacement_starts)
+        if f"local-{n + i}" in assigned
+    ]
+    restart_s = statistics.median(delays) if delays else timing.churn_s
+    rate = placement_rate(stage_seconds, scenario.slowdowns, even_placement(n, cfg.num_stages))
+    every_steps = ServerSettings.model_fields["checkpoint_every_steps"].default
+    samples = fixed_pipeline_samples(
+        rate=rate,
+        duration_s=timing.churn_s,
+        deaths_s=[k - window_start for k in kills],
+        restart_s=restart_s,
+        checkpoint_every_s=every_steps * cfg.batch_size / rate,
+    )
+    return {
+        "kills": len(kills),
+        "replacement_ready_s": delays,
+        "fixed_pipeline_samples_per_s": samples / timing.churn_s,
+        "fixed_pipeline_rate_without_deaths": rate,
+        "fixed_pipeline_restart_s": restart_s,
+        "checkpoint_every_steps": every_steps,
+    }
+
+
+def compute_bound(cfg: TrainConfig, timing: Timing) -> list[dict[str, Any]]:
+    """One process (2 threads), torch 1F1B (2 ranks x 1 thread) and SwarmHub (2 peers, 2 stages)."""
+    single = single_process(cfg, timing.steps, timing.warmup, threads=2)
+    pipe = one_f_one_b(cfg, timing.steps, timing.warmup)
+    swarm = run_scenario(Scenario(name="compute-bound, 2 peers", cfg=cfg, slowdowns=[1.0, 1.0]), timing)
+    return [
+        {"system": "one process (2 threads)", "samples_per_s": single["samples_per_s"]},
+        {
+            "system": "torch 1F1B (2 ranks x 1 thread, gloo)",
+            "samples_per_s": pipe["samples_per_s"],
+            "first_loss": pipe["losses"][0],
+        },
+        {
+            **swarm,
+            "system": "SwarmHub 2 peers x 1 thread",
+            "vs_1f1b": swarm["samples_per_s"] / pipe["samples_per_s"],
+            "vs_one_process": swarm["samples_per_s"] / single["samples_per_s"],
+        },
+    ]
+
+
+def emulated_scenarios(
+    cfg: TrainConfig, ref: TrainConfig, peers: int, slowdown: float, churn_every_s: float
+) -> list[Scenario]:
+    """The emulated scenarios; factors multiply `slowdown` (1: a peer at the emulated base speed)."""
+    one_slow = [1.0] * (peers - 1) + [4.0]
+    # 3 x 1, 3 x 2, 2 x 4 with 8 peers; the same proportions otherwise.
+    three = sorted([1.0, 2.0, 4.0][min(2, 3 * p // peers)] for p in range(peers))
+    speeds = [1.0] * peers
+
+    def emulated(name: str, factors: list[float], **kw: Any) -> Scenario:
+        return Scenario(name=name, cfg=kw.pop("cfg", cfg), slowdowns=[slowdown * f for f in factors], **kw)
+
+    return [
+        emulated(f"homogeneous, {peers} peers", speeds),
+        emulated("one peer 4x slower, rebalancing on", one_slow),
+        emulated("one peer 4x slower, rebalancing off", one_slow, rebalance=False),
+        emulated("three speeds (1, 2, 4), rebalancing on", three),
+        emulated("three speeds (1, 2, 4), rebalancing off", three, rebalance=False),
+        emulated(f"{ref.preset}, even start, rebalancing on", speeds, cfg=ref),
+        emulated(f"churn: a peer killed every {churn_every_s:g} s", speeds, churn_every_s=churn_every_s),
+    ]
+
+
+COLUMNS = [
+    "system",
+    "samples_per_s",
+    "ideal_samples_per_s",
+    "fraction_of_ideal",
+    "start_placement_rate",
+    "vs_1f1b",
+    "moves",
+    "samples_lost_to_moves",
+    "fixed_pipeline_samples_per_s",
+    "vs_fixed_pipeline",
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.efficiency", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--slowdown", type=float, default=DEFAULT_SLOWDOWN, help="every peer's base --slowdown"
+    )
+    parser.add_argument("--peers", type=int, default=8)
+    parser.add_argument("--stages", type=int, default=4, help="stages of the emulated runs")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--churn-every", type=float, default=30.0, help="seconds between kills")
+    parser.add_argument("--churn-s", type=float, default=300.0, help="length of the churn window")
+    parser.add_argument("--start", choices=["even", "auto"], default="even", help="initial placement")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes, 4 peers, a few steps")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    shape = TrainConfig(preset="small", num_stages=2, batch_size=32, microbatch_size=4, seq_len=256)
+    ref = replace(shape, preset="swarm-ref", num_stages=args.stages)
+    if args.smoke:
+        args.slowdown, args.peers, args.stages, args.churn_every, args.churn_s = 2.0, 4, 2, 8.0, 20.0
+        args.steps, args.warmup = 3, 1
+        shape = TrainConfig(preset="tiny", num_stages=2, batch_size=8, microbatch_size=4, seq_len=32)
+        ref = replace(shape, preset="swarm-ref")
+    shape = replace(shape, max_steps=args.steps)
+    ref = replace(ref, max_steps=args.steps)
+    timing = Timing(steps=args.steps, warmup=args.warmup, churn_s=args.churn_s)
+
+    rows = compute_bound(shape, timing)
+    emulated_cfg = replace(shape, num_stages=args.stages)
+    for scenario in emulated_scenarios(emulated_cfg, ref, args.peers, args.slowdown, args.churn_every):
+        scenario.start = args.start
+        result = run_scenario(scenario, timing)
+        result["system"] = f"SwarmHub: {scenario.name}"
+        if "fixed_pipeline_samples_per_s" in result:
+            fixed = result["fixed_pipeline_samples_per_s"]
+            result["vs_fixed_pipeline"] = result["samples_per_s"] / fixed if fixed else None
+        rows.append(result)
+    print_table(rows, COLUMNS)
+    swarm_rows = [r for r in rows if "moves" in r]
+    print(
+        f"moves per run: {[r['moves'] for r in swarm_rows]};"
+        f" samples lost to moves: {sum(r['samples_lost_to_moves'] for r in swarm_rows)}"
+    )
+
+    def plot(ax: Any) -> None:
+        labels = [r["system"].replace(": ", ":\n") for r in rows]
+        ax.barh(labels, [r["samples_per_s"] for r in rows], color="tab:blue", label="measured")
+        ideal = [r.get("ideal_samples_per_s") or 0 for r in rows]
+        ax.barh(labels, ideal, fill=False, edgecolor="tab:red", label="ideal (best placement's bottleneck)")
+        ax.invert_yaxis()
+        ax.tick_params(axis="y", labelsize=6)
+        ax.set_xlabel("samples/s")
+        ax.set_title(f"slowdown {args.slowdown:g}, {args.peers} peers, {args.stages} stages")
+        ax.legend(fontsize=7)
+
+    config = {k: v for k, v in vars(args).items() if k != "out"}
+    path = write_results(
+        "efficiency",
+        config={**config, "compute_bound": asdict(shape), "swarm_ref": asdict(ref)},
+        rows=rows,
+        plot=plot,
+        out_dir=args.out,
+    )
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

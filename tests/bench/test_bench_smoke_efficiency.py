@@ -1,0 +1,32 @@
+"""The efficiency benchmark runs end to end at smoke size and writes its results (figures not asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.bench.smoke_runner import run_smoke
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def test_efficiency_smoke(tmp_path: Path) -> None:
+    run_smoke("bench.efficiency", tmp_path, timeout_s=880)
+    (json_path,) = tmp_path.glob("efficiency_*.json")
+    assert json_path.with_suffix(".png").exists()
+    payload = json.loads(json_path.read_text())
+    assert payload["config"]["smoke"] is True
+    rows = {row["system"]: row for row in payload["rows"]}
+    assert {"one process (2 threads)", "torch 1F1B (2 ranks x 1 thread, gloo)"} <= rows.keys()
+    assert "vs_1f1b" in rows["SwarmHub 2 peers x 1 thread"]
+    swarm = [row for row in payload["rows"] if row["system"].startswith("SwarmHub")]
+    assert len(swarm) == 8
+    for row in swarm:
+        assert row["samples_per_s"] > 0
+        assert row["ideal_samples_per_s"] > 0
+        assert {"fraction_of_ideal", "moves", "samples_lost_to_moves", "step_time_split_s"} <= row.keys()
+    churn = next(row for row in swarm if "churn" in row["system"])
+    assert churn["kills"] >= 1
+    assert {"fixed_pipeline_samples_per_s", "vs_fixed_pipeline"} <= churn.keys()
