@@ -6,6 +6,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+from server.policies.rate_estimate import RateEstimate
 from swarmhub.wire import CheckTally, PeerEndpoint
 
 OBSERVATIONS_KEPT = 64
@@ -33,7 +34,11 @@ class Member:
     """Its last heartbeat's measured link rates: peer id -> bytes per second."""
     last_seen: float = 0.0
     assigned_at: float = 0.0
-    moved_at: float = -1e9
+    rate: RateEstimate = field(default_factory=RateEstimate)
+    """Its smoothed rate on its current stage (what rebalancing decides on), read from the heartbeats
+    it sent while serving there; started afresh whenever it is assigned a stage."""
+    rate_samples_done: int = 0
+    """Its `samples_done` at the last reading."""
     fingerprint: str = ""
     """SHA-256 of its data-plane certificate, which callers pin (empty: plain ws)."""
     reachable: bool = True
@@ -56,6 +61,18 @@ class Member:
     """Its trainer's spot-check totals as of its last heartbeat."""
     load_failed_at: float | None = None
     """When it last reported that it could not load its stage from any source offered."""
+
+    def take_reading(self) -> None:
+        """Count its latest heartbeat's rate as a reading of its rate on its stage, once it has served
+        samples there since the last reading (an idle peer's rate says nothing new)."""
+        if self.ready and self.samples_done > self.rate_samples_done:
+            self.rate = self.rate.observe(self.effective_throughput)
+            self.rate_samples_done = self.samples_done
+
+    def restart_rate(self) -> None:
+        """A new stage (or a new copy of it): its rate there is measured afresh."""
+        self.rate = RateEstimate()
+        self.rate_samples_done = self.samples_done
 
     def observe(self, trainer: int, samples_per_s: float) -> None:
         self.observed.append((trainer, samples_per_s))

@@ -9,7 +9,14 @@ whenever one exists: a failed load is retried, never replaced by a fresh initial
 
 from __future__ import annotations
 
-from server.policies.rebalance import PeerLoad, choose_move, inbound_link_rates, stage_bytes_per_sample
+from server.policies.rate_estimate import RateEstimate
+from server.policies.rebalance import (
+    COPY_SOURCES,
+    PeerLoad,
+    choose_moves,
+    inbound_link_rates,
+    stage_bytes_per_sample,
+)
 from server.policies.stage_choice import choose_stage
 from server.policies.step_book import StepBook
 from server.swarm import decisions as do
@@ -18,6 +25,7 @@ from server.swarm.blame import REPORT_WINDOW_S, Blame, Verdict
 from server.swarm.members import Member
 from server.swarm.step_cycle import MachineSettings, Phase, StepCycle
 from swarmhub.presets import get_preset
+from swarmhub.stage_cost import stage_flops, stage_state_bytes
 from swarmhub.status import PeerState, RunStatus
 from swarmhub.wire import (
     FAULTY_CLOSE_CODE,
@@ -34,13 +42,10 @@ UNREACHABLE_CLOSE_CODE = 4000
 STRIKE_LIMIT = 25
 """Reports the coordinator cannot accept before their sender is removed: a few happen to honest peers
 (a report racing a reassignment), a stream of them is a peer trying its luck."""
-REBALANCE_PEER_COOLDOWN_S = 30.0
-"""A peer that moved stays put this long: its first rates on a new stage are noisy, and moving it
-back on them made peers bounce between stages under churn."""
-REBALANCE_MIN_INTERVAL_S = 6.0
-"""After a move, wait until the moved peer's rate on its new stage has been measured (a few
-heartbeats) before the next decision; an empty stage does not wait."""
-STATE_SOURCES = 3
+REBALANCE_INTERVAL_S = 30.0
+"""After a move the next decision waits this long (except to fill an empty stage): the horizon a
+move must pay for its copy within, and time for the moved peer's rate to settle."""
+STATE_SOURCES = COPY_SOURCES
 """Peers offered to copy a stage's state from, tried in turn (the first may be slow or gone)."""
 
 
@@ -63,6 +68,7 @@ class Membership(StepCycle):
         self.data_key = data_key
         self.rebalance = rebalance
         self.last_move = -1e9
+        """When the last rebalancing move was decided."""
         self.blame = Blame()
 
     def _join(self, event: on.PeerJoined) -> None:
@@ -121,6 +127,7 @@ class Membership(StepCycle):
         """Give `member` a stage; it becomes routable once it reports StageReady for the current step."""
         member.stage = stage
         member.ready = False
+        member.restart_rate()
         member.load_failed_at = None
         member.offered_sources = frozenset()
         if self.phase != Phase.COLLECTING:
@@ -129,7 +136,9 @@ class Membership(StepCycle):
         member.waiting_reason = None
         member.assigned_at = now
         step = self.book.step
-        ranked = sorted(self.ready(stage), key=lambda m: -m.effective_throughput)
+        # Peers already offered to another loading peer come last, so movers copy in parallel.
+        busy = {p for m in self.members.values() if m.loading and m is not member for p in m.offered_sources}
+        ranked = sorted(self.ready(stage), key=lambda m: (m.peer_id in busy, -m.effective_throughput))
         sources = ranked[:STATE_SOURCES] if step > 0 else []
         member.offered_sources = frozenset(m.peer_id for m in sources)
         apply = self.last_apply.get(stage)
@@ -301,53 +310,69 @@ class Membership(StepCycle):
                 )
 
     def _maybe_rebalance(self, now: float) -> None:
-        """Move one peer toward the bottleneck stage if the policy finds a move worth making.
+        """Make the moves the policy finds worth their cost, at a moment they lose nothing.
 
-        Only while microbatches are collected (a moved peer must not be in an averaging group), and
-        not while a peer is loading a stage (a move in progress).
+        A peer moved in the middle of a step would take its share of the step's gradients with it
+        (counted lost on its old stage), so moves are decided only while the step has granted no
+        sample yet: at the step boundary, right after the last step was averaged and applied. The
+        exception is a stage left without a peer: the pipeline is stalled, and the empty stage has
+        lost more of the step than a donor could. Never while a peer is loading a stage (a move
+        in progress), and, after a move, not before `REBALANCE_INTERVAL_S` has passed.
         """
+        for member in self.members.values():
+            member.take_reading()
         if not self.rebalance or self.status != RunStatus.ACTIVE or self.phase != Phase.COLLECTING:
             return
         if any(m.loading for m in self.members.values()):
             return
-        ready = self.ready()
         stage_empty = any(not self.ready(s) for s in range(self.spec.num_stages))
-        if not stage_empty and now - self.last_move < REBALANCE_MIN_INTERVAL_S:
+        if not stage_empty and (self.book.samples_sent or now - self.last_move < REBALANCE_INTERVAL_S):
             return
         links = inbound_link_rates({m.peer_id: m.links for m in self.members.values()})
         spec = self.spec
-        move = choose_move(
+        preset = get_preset(spec.model_preset)
+        plan = choose_moves(
             [
-                PeerLoad(
+                PeerLoad.measured(
                     peer_id=m.peer_id,
                     stage=m.stage,
-                    throughput=m.effective_throughput,
+                    # Ready but not read yet: its claim, as one unsettled reading.
+                    rate=m.rate if m.rate.count else RateEstimate().observe(m.effective_throughput),
                     queue_length=m.queue_length,
                     link_rate=links.get(m.peer_id),
                 )
-                for m in ready
+                for m in self.ready()
                 if m.stage is not None
             ],
             spec.num_stages,
-            pinned=frozenset(m.peer_id for m in ready if now - m.moved_at < REBALANCE_PEER_COOLDOWN_S),
+            horizon_s=REBALANCE_INTERVAL_S,
+            stage_costs=stage_flops(preset, spec.num_stages, spec.seq_len),
+            state_bytes=stage_state_bytes(preset, spec.num_stages),
             bytes_per_sample=stage_bytes_per_sample(
-                spec.num_stages, spec.seq_len, get_preset(spec.model_preset).d_model, spec.compression
+                spec.num_stages, spec.seq_len, preset.d_model, spec.compression
             ),
         )
-        if move is None:
+        if plan is None:
             return
         self.last_move = now
-        member = self.members[move.peer_id]
-        member.moved_at = now
-        self._event(
-            "rebalance",
-            f"{member.name}: stage {move.from_stage} -> {move.to_stage}; {move.reason}",
-            member,
-            from_stage=move.from_stage,
-            to_stage=move.to_stage,
-            rate_before=move.rate_before,
-            rate_after_estimated=move.rate_after,
-            step=self.book.step,
-        )
-        self._assign(member, move.to_stage, "rebalanced", now)
+        for move in plan.moves:
+            member = self.members[move.peer_id]
+            self._event(
+                "rebalance",
+                f"{member.name}: stage {move.from_stage} -> {move.to_stage}; {plan.reason(move)}",
+                member,
+                from_stage=move.from_stage,
+                to_stage=move.to_stage,
+                rate_before=plan.rate_before,
+                rate_after_estimated=plan.rate_after,
+                expected_gain_samples=plan.gain,
+                copy_s=move.copy_s,
+                horizon_s=plan.horizon_s,
+                planned_placement=list(plan.planned),
+                planned_rate=plan.planned_rate,
+                moves=len(plan.moves),
+                fills_empty=move.fills_empty,
+                step=self.book.step,
+            )
+            self._assign(member, move.to_stage, "rebalanced", now)
         self._send_view(now)

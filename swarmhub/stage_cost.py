@@ -1,0 +1,78 @@
+"""What one pipeline stage of a preset costs: compute per sample, and the state a peer copies to serve it.
+
+The cut follows `peer/model.py` exactly (without torch, so the coordinator can use it): each stage
+gets consecutive blocks, as even as possible with the remainder on the earliest stages; the first
+stage also holds the token and position embeddings, the last the final LayerNorm and the vocabulary
+head. Stages differ in cost mostly through that head: with a large vocabulary the last stage can
+cost several times the first, so a peer's rate on one stage says little about its rate on another
+until it is scaled by the two stages' costs.
+"""
+
+from __future__ import annotations
+
+from swarmhub.presets import ModelPreset
+
+TRAINING_PASSES = 3
+"""A training sample costs about one forward and two forward-sized passes back (input and weight
+gradients). The same factor for every stage, so it cancels in any ratio between stages; a backward
+call that recomputes its forward adds one more pass to the stages before the last."""
+STATE_BYTES_PER_PARAMETER = 12
+"""float32 parameters plus AdamW's two moments: what a peer copies to join a stage."""
+
+
+def stage_layers(n_layer: int, num_stages: int, stage: int) -> range:
+    """The blocks of `stage`, as `peer.model.stage_layers` cuts them."""
+    if not 1 <= num_stages <= n_layer:
+        raise ValueError(f"cannot cut {n_layer} layers into {num_stages} stages")
+    if not 0 <= stage < num_stages:
+        raise ValueError(f"stage {stage} is out of range for {num_stages} stages")
+    base, extra = divmod(n_layer, num_stages)
+    start = stage * base + min(stage, extra)
+    return range(start, start + base + (1 if stage < extra else 0))
+
+
+def _blocks(preset: ModelPreset, num_stages: int) -> list[int]:
+    """Blocks per stage; a cut the model refuses is refused here too."""
+    stage_layers(preset.n_layer, num_stages, 0)
+    return [len(stage_layers(preset.n_layer, num_stages, s)) for s in range(num_stages)]
+
+
+def stage_parameters(preset: ModelPreset, num_stages: int) -> list[int]:
+    """Parameters each stage holds."""
+    counts = []
+    for stage, blocks in enumerate(_blocks(preset, num_stages)):
+        count = blocks * preset.block_parameters
+        if stage == 0:
+            count += preset.embedding_parameters
+        if stage == num_stages - 1:
+            count += preset.head_parameters
+        counts.append(count)
+    return counts
+
+
+def stage_state_bytes(preset: ModelPreset, num_stages: int) -> list[int]:
+    """Bytes a peer copies to serve each stage: its parameters and optimizer state, float32."""
+    return [STATE_BYTES_PER_PARAMETER * n for n in stage_parameters(preset, num_stages)]
+
+
+def stage_flops(preset: ModelPreset, num_stages: int, seq_len: int) -> list[float]:
+    """Training FLOPs per sample (a sequence of `seq_len` tokens) of each stage.
+
+    Per token, a block multiplies by its four weight matrices (12 d^2 multiply-adds) and attends
+    causally over (seq_len + 1) / 2 positions on average (two products of d each); the embeddings
+    are a lookup and an add (d); the head is the d x vocabulary product plus the softmax and loss
+    over the vocabulary (about one operation per logit). A multiply-add is two FLOPs.
+    """
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be positive, got {seq_len}")
+    d, vocab = preset.d_model, preset.vocab_size
+    block = 12 * d * d + d * (seq_len + 1)
+    costs = []
+    for stage, blocks in enumerate(_blocks(preset, num_stages)):
+        per_token = blocks * block
+        if stage == 0:
+            per_token += d
+        if stage == num_stages - 1:
+            per_token += d * vocab + vocab
+        costs.append(float(TRAINING_PASSES * 2 * per_token * seq_len))
+    return costs
