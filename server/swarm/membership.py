@@ -43,8 +43,9 @@ STRIKE_LIMIT = 25
 """Reports the coordinator cannot accept before their sender is removed: a few happen to honest peers
 (a report racing a reassignment), a stream of them is a peer trying its luck."""
 REBALANCE_INTERVAL_S = 30.0
-"""After a move the next decision waits this long (except to fill an empty stage): the horizon a
-move must pay for its copy within, and time for the moved peer's rate to settle."""
+"""Rebalancing decides at most this often (except to fill an empty stage): the horizon a move must
+pay for its copy within, time for a moved peer's rate to settle, and a bound on what planning over
+thousands of peers costs the coordinator."""
 STATE_SOURCES = COPY_SOURCES
 """Peers offered to copy a stage's state from, tried in turn (the first may be slow or gone)."""
 
@@ -67,8 +68,8 @@ class Membership(StepCycle):
         )
         self.data_key = data_key
         self.rebalance = rebalance
-        self.last_move = -1e9
-        """When the last rebalancing move was decided."""
+        self.last_decision = -1e9
+        """When rebalancing was last decided (whether or not it moved a peer)."""
         self.blame = Blame()
 
     def _join(self, event: on.PeerJoined) -> None:
@@ -317,7 +318,7 @@ class Membership(StepCycle):
         sample yet: at the step boundary, right after the last step was averaged and applied. The
         exception is a stage left without a peer: the pipeline is stalled, and the empty stage has
         lost more of the step than a donor could. Never while a peer is loading a stage (a move
-        in progress), and, after a move, not before `REBALANCE_INTERVAL_S` has passed.
+        in progress), and not sooner than `REBALANCE_INTERVAL_S` after the last decision.
         """
         for member in self.members.values():
             member.take_reading()
@@ -326,8 +327,9 @@ class Membership(StepCycle):
         if any(m.loading for m in self.members.values()):
             return
         stage_empty = any(not self.ready(s) for s in range(self.spec.num_stages))
-        if not stage_empty and (self.book.samples_sent or now - self.last_move < REBALANCE_INTERVAL_S):
+        if not stage_empty and (self.book.samples_sent or now - self.last_decision < REBALANCE_INTERVAL_S):
             return
+        self.last_decision = now
         links = inbound_link_rates({m.peer_id: m.links for m in self.members.values()})
         spec = self.spec
         preset = get_preset(spec.model_preset)
@@ -354,7 +356,6 @@ class Membership(StepCycle):
         )
         if plan is None:
             return
-        self.last_move = now
         for move in plan.moves:
             member = self.members[move.peer_id]
             self._event(
