@@ -441,8 +441,8 @@ def time_stage_decision(num_peers: int, num_stages: int, repeats: int) -> dict[s
 
 
 def _rebalance_call(module: Any, peers: list[tuple[int, float]], num_stages: int) -> tuple[Any, str]:
-    """server.policies.rebalance.choose_move over PeerLoad records; the last stage is made the
-    bottleneck (its peers are 3x slower) so the policy has to search every peer for the best move."""
+    """server.policies.rebalance.choose_moves over PeerLoad records; the last stage is made the
+    bottleneck (its peers are 3x slower) so the policy has to plan a whole new placement."""
     loads = [
         module.PeerLoad(
             peer_id=index,
@@ -452,7 +452,9 @@ def _rebalance_call(module: Any, peers: list[tuple[int, float]], num_stages: int
         )
         for index, (stage, rate) in enumerate(peers)
     ]
-    return (lambda: module.choose_move(loads, num_stages)), "server.policies.rebalance.choose_move"
+    return (
+        lambda: module.choose_moves(loads, num_stages, horizon_s=30.0)
+    ), "server.policies.rebalance.choose_moves"
 
 
 # ---- the benchmark ---------------------------------------------------------------------------

@@ -111,8 +111,9 @@ class FrameLimits:
         if kind == "fetch_state_reply":
             return self.state
         if kind == "arbitrate":
-            # Two calls and their two replies, each within a stage call's bound.
-            return 4 * self.activations
+            # Two calls and their two replies, each within a stage call's bound, and the forward call
+            # whose kept graph a cached backward used.
+            return 5 * self.activations
         return self.activations
 
 
