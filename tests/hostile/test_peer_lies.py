@@ -158,8 +158,13 @@ def test_a_member_lying_about_its_gradient_norm_is_removed_and_the_step_goes_by_
         )
     closed = liar.expect_close(skip=(SwarmView, StepBarrier))
     assert closed.code == 4001 and "gradient norm" in closed.reason
-    rows = client.get(f"/api/runs/{run_id}/peers", headers=owner_headers).json()
-    assert next(p for p in rows if p["id"] == liar.peer_id)["state"] == "kicked"
+
+    def liar_state() -> str:
+        rows = client.get(f"/api/runs/{run_id}/peers", headers=owner_headers).json()
+        return next(p for p in rows if p["id"] == liar.peer_id)["state"]
+
+    # The channel is closed first; the departure's row is written right after.
+    wait_until("the liar's row to say kicked", lambda: liar_state() == "kicked", 10)
     events = client.get(f"/api/runs/{run_id}/events", headers=owner_headers).json()
     removed = [e for e in events if e["peer_id"] == liar.peer_id and e["kind"] == "peer_kicked"]
     assert removed and "faulty" in removed[0]["message"]
