@@ -11,6 +11,7 @@ import torch
 
 from peer.activation_store import ActivationStore, KeptForward
 from peer.faults import Fault
+from peer.frame_auth import FrameSigner
 from peer.frame_headers import ArbitrateCall, ArbitrateReply, BackwardCall, ErrorReply, ForwardCall
 from peer.frames import assemble_call, encode_payload, open_reply
 from peer.model import build_stage
@@ -119,12 +120,9 @@ def header(kind: type[ForwardCall] | type[BackwardCall], microbatch_id: str = "m
     )
 
 
-TRAINER_SIGNER = signer_for(TRAINER)
-
-
-def exchange(s: StageServer, call, tensors: dict[str, torch.Tensor]):
+def exchange(s: StageServer, call, tensors: dict[str, torch.Tensor], trainer: FrameSigner):
     """The trainer's signed call to `s`, the reply and its tensors."""
-    data, sent = assemble_call(call, encode_payload(tensors, s.run.compression), TRAINER_SIGNER, s.peer_id)
+    data, sent = assemble_call(call, encode_payload(tensors, s.run.compression), trainer, s.peer_id)
     reply, out = open_reply(
         asyncio.run(s.handle(data)), max_bytes=LIMIT, verifier=verifier_of(TRAINER), call=sent
     )
@@ -134,14 +132,20 @@ def exchange(s: StageServer, call, tensors: dict[str, torch.Tensor]):
 def test_a_server_answers_a_cached_backward_from_its_kept_forward_and_says_when_it_has_none() -> None:
     keeper, other = server(CHECKED, 1), server(CHECKER, 1)
     tensors = inputs_for(1, "backward")
+    # Tickets expire: each test signs with a fresh one.
+    trainer = signer_for(TRAINER)
     try:
-        _, reply, _ = exchange(keeper, header(BackwardCall, cached=True), {"grad": tensors["grad"]})
+        _, reply, _ = exchange(keeper, header(BackwardCall, cached=True), {"grad": tensors["grad"]}, trainer)
         assert isinstance(reply, ErrorReply) and reply.error.startswith(NOT_KEPT)
-        _, reply, _ = exchange(keeper, header(ForwardCall, check=True, keep=True), {"x": tensors["x"]})
+        _, reply, _ = exchange(
+            keeper, header(ForwardCall, check=True, keep=True), {"x": tensors["x"]}, trainer
+        )
         assert keeper.kept.tally().entries == 0, "a spot check keeps nothing"
-        exchange(keeper, header(ForwardCall, keep=True), {"x": tensors["x"]})
-        _, reply, kept_out = exchange(keeper, header(BackwardCall, cached=True), {"grad": tensors["grad"]})
-        _, _, full_out = exchange(other, header(BackwardCall), tensors)
+        exchange(keeper, header(ForwardCall, keep=True), {"x": tensors["x"]}, trainer)
+        _, reply, kept_out = exchange(
+            keeper, header(BackwardCall, cached=True), {"grad": tensors["grad"]}, trainer
+        )
+        _, _, full_out = exchange(other, header(BackwardCall), tensors, trainer)
         assert reply.kind == "backward_reply" and reply.compute_s > 0
         assert torch.equal(kept_out["grad_x"], full_out["grad_x"])
         assert keeper.kept.tally().hits == 1 and keeper.kept.tally().misses == 1
@@ -161,9 +165,9 @@ def test_the_referee_judges_a_cached_backward_from_the_forward_that_carried_its_
 
     referee.report = report
     tensors = inputs_for(1, "backward")
-    trainer = TRAINER_SIGNER
+    trainer = signer_for(TRAINER)
     try:
-        forward_frame, _, _ = exchange(liar, header(ForwardCall, keep=True), {"x": tensors["x"]})
+        forward_frame, _, _ = exchange(liar, header(ForwardCall, keep=True), {"x": tensors["x"]}, trainer)
         checked_call, _ = assemble_call(
             header(BackwardCall, cached=True), encode_payload({"grad": tensors["grad"]}), trainer, CHECKED
         )
@@ -194,7 +198,9 @@ def test_the_referee_judges_a_cached_backward_from_the_forward_that_carried_its_
         reply = arbitrate(forward_frame)
         assert isinstance(reply, ArbitrateReply)
         assert (reply.agrees_with_checked, reply.agrees_with_checker) == (False, True)
-        other_forward, _, _ = exchange(liar, header(ForwardCall, "m2", keep=True), {"x": tensors["x"]})
+        other_forward, _, _ = exchange(
+            liar, header(ForwardCall, "m2", keep=True), {"x": tensors["x"]}, trainer
+        )
         assert isinstance(arbitrate(other_forward), ErrorReply)
         assert [v.valid for v in verdicts] == [True, False]
     finally:
