@@ -19,8 +19,10 @@ stages; its bottleneck stage's capacity is the ideal. Scenarios (8 peers): homog
 slower, rebalancing on and off; three speeds (3 x 1, 3 x 2, 2 x 4), on and off; the `swarm-ref`
 preset (a last stage several times heavier) with rebalancing. Peers start placed evenly by count
 (peer p on stage p mod S), so what rebalancing gains shows; the rate of that start placement is
-reported next to the ideal. With one slow peer on stages of equal cost the even start is already
-an optimal integer placement, so on and off can only differ by noise there.
+reported next to the ideal. With one slow peer on stages of equal cost and equal peer counts the
+even start is already an optimal placement of whole peers (nothing to gain), so that scenario runs
+8 peers on 3 stages (3, 3, 2) with the slow peer starting on a stage of two: a fast peer must move
+there.
 
 Churn: a homogeneous emulated swarm where every `--churn-every` seconds a random live peer is
 SIGKILLed and a replacement (same options) started. It is compared with a fixed pipeline that must
@@ -281,23 +283,40 @@ def _fixed_pipeline(
     }
 
 
-def compute_bound(cfg: TrainConfig, timing: Timing) -> list[dict[str, Any]]:
-    """One process (2 threads), torch 1F1B (2 ranks x 1 thread) and SwarmHub (2 peers, 2 stages)."""
-    single = single_process(cfg, timing.steps, timing.warmup, threads=2)
-    pipe = one_f_one_b(cfg, timing.steps, timing.warmup)
-    swarm = run_scenario(Scenario(name="compute-bound, 2 peers", cfg=cfg, slowdowns=[1.0, 1.0]), timing)
+def compute_bound(cfg: TrainConfig, timing: Timing, rounds: int) -> list[dict[str, Any]]:
+    """One process (2 threads), torch 1F1B (2 ranks x 1 thread) and SwarmHub (2 peers, 2 stages),
+    interleaved for `rounds` rounds (this machine is shared: a neighbour's load then falls on every
+    system alike); each system's median rate."""
+    singles, pipes, swarms = [], [], []
+    for _ in range(rounds):
+        singles.append(single_process(cfg, timing.steps, timing.warmup, threads=2))
+        pipes.append(one_f_one_b(cfg, timing.steps, timing.warmup))
+        swarms.append(
+            run_scenario(Scenario(name="compute-bound, 2 peers", cfg=cfg, slowdowns=[1.0, 1.0]), timing)
+        )
+    single = statistics.median(r["samples_per_s"] for r in singles)
+    pipe = statistics.median(r["samples_per_s"] for r in pipes)
+    swarm = sorted(swarms, key=lambda r: r["samples_per_s"])[len(swarms) // 2]
+    rates = {
+        "one process": [r["samples_per_s"] for r in singles],
+        "1F1B": [r["samples_per_s"] for r in pipes],
+        "SwarmHub": [r["samples_per_s"] for r in swarms],
+    }
     return [
-        {"system": "one process (2 threads)", "samples_per_s": single["samples_per_s"]},
+        {"system": "one process (2 threads)", "samples_per_s": single, "rounds": rates["one process"]},
         {
             "system": "torch 1F1B (2 ranks x 1 thread, gloo)",
-            "samples_per_s": pipe["samples_per_s"],
-            "first_loss": pipe["losses"][0],
+            "samples_per_s": pipe,
+            "first_loss": pipes[0]["losses"][0],
+            "rounds": rates["1F1B"],
         },
         {
             **swarm,
             "system": "SwarmHub 2 peers x 1 thread",
-            "vs_1f1b": swarm["samples_per_s"] / pipe["samples_per_s"],
-            "vs_one_process": swarm["samples_per_s"] / single["samples_per_s"],
+            "samples_per_s": statistics.median(rates["SwarmHub"]),
+            "rounds": rates["SwarmHub"],
+            "vs_1f1b": statistics.median(rates["SwarmHub"]) / pipe,
+            "vs_one_process": statistics.median(rates["SwarmHub"]) / single,
         },
     ]
 
@@ -306,7 +325,10 @@ def emulated_scenarios(
     cfg: TrainConfig, ref: TrainConfig, peers: int, slowdown: float, churn_every_s: float
 ) -> list[Scenario]:
     """The emulated scenarios; factors multiply `slowdown` (1: a peer at the emulated base speed)."""
-    one_slow = [1.0] * (peers - 1) + [4.0]
+    # On stages of equal cost a slow peer changes the best placement only where stages hold unequal
+    # numbers of peers: 8 peers on 3 stages (3, 3, 2), the slow one starting on a stage of two.
+    one_slow_cfg = replace(cfg, num_stages=3)
+    one_slow = [4.0 if p == 2 else 1.0 for p in range(peers)]
     # 3 x 1, 3 x 2, 2 x 4 with 8 peers; the same proportions otherwise.
     three = sorted([1.0, 2.0, 4.0][min(2, 3 * p // peers)] for p in range(peers))
     speeds = [1.0] * peers
@@ -316,8 +338,10 @@ def emulated_scenarios(
 
     return [
         emulated(f"homogeneous, {peers} peers", speeds),
-        emulated("one peer 4x slower, rebalancing on", one_slow),
-        emulated("one peer 4x slower, rebalancing off", one_slow, rebalance=False),
+        emulated("one peer 4x slower (3 stages), rebalancing on", one_slow, cfg=one_slow_cfg),
+        emulated(
+            "one peer 4x slower (3 stages), rebalancing off", one_slow, cfg=one_slow_cfg, rebalance=False
+        ),
         emulated("three speeds (1, 2, 4), rebalancing on", three),
         emulated("three speeds (1, 2, 4), rebalancing off", three, rebalance=False),
         emulated(f"{ref.preset}, even start, rebalancing on", speeds, cfg=ref),
@@ -352,22 +376,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--churn-s", type=float, default=300.0, help="length of the churn window")
     parser.add_argument("--start", choices=["even", "auto"], default="even", help="initial placement")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, 4 peers, a few steps")
+    parser.add_argument(
+        "--only",
+        choices=["compute", "emulated"],
+        help="run only the compute-bound comparison, or only the emulated scenarios (churn included)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="interleaved rounds of the compute-bound systems"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     shape = TrainConfig(preset="small", num_stages=2, batch_size=32, microbatch_size=4, seq_len=256)
     ref = replace(shape, preset="swarm-ref", num_stages=args.stages)
     if args.smoke:
         args.slowdown, args.peers, args.stages, args.churn_every, args.churn_s = 2.0, 4, 2, 8.0, 20.0
-        args.steps, args.warmup = 3, 1
+        args.steps, args.warmup, args.rounds = 3, 1, 1
         shape = TrainConfig(preset="tiny", num_stages=2, batch_size=8, microbatch_size=4, seq_len=32)
         ref = replace(shape, preset="swarm-ref")
     shape = replace(shape, max_steps=args.steps)
     ref = replace(ref, max_steps=args.steps)
     timing = Timing(steps=args.steps, warmup=args.warmup, churn_s=args.churn_s)
 
-    rows = compute_bound(shape, timing)
+    rows = compute_bound(shape, timing, args.rounds) if args.only != "emulated" else []
     emulated_cfg = replace(shape, num_stages=args.stages)
-    for scenario in emulated_scenarios(emulated_cfg, ref, args.peers, args.slowdown, args.churn_every):
+    scenarios = emulated_scenarios(emulated_cfg, ref, args.peers, args.slowdown, args.churn_every)
+    for scenario in scenarios if args.only != "compute" else []:
         scenario.start = args.start
         result = run_scenario(scenario, timing)
         result["system"] = f"SwarmHub: {scenario.name}"

@@ -67,6 +67,21 @@ def sum_contributions(grads: dict[int, Tensor]) -> Tensor:
     return torch.stack([grads[sender] for sender in sorted(grads)]).sum(dim=0)
 
 
+def norm_sq(t: Tensor) -> float:
+    return float(t.double().square().sum())
+
+
+def summarize(contributions: dict[int, Contribution]) -> tuple[Tensor, float, dict[int, float]]:
+    """The stage's summed gradient, its squared norm, and each contribution's squared norm."""
+    norms = {sender: norm_sq(c.grads) for sender, c in contributions.items()}
+    if len(contributions) == 1:
+        # A lone member's sum is its contribution, norm and all.
+        [(only, c)] = contributions.items()
+        return c.grads, norms[only], norms
+    total = sum_contributions({sender: c.grads for sender, c in contributions.items()})
+    return total, norm_sq(total), norms
+
+
 class GradientInbox:
     """Contributions received from other members: per step, each sender's newest attempt only, so a
     sender holds at most one sum here per step however many attempts it names (the stage server
@@ -130,14 +145,17 @@ class Averager:
             counted=counted,
         )
         fault = server.fault
+
+        def own_gradients() -> Tensor:
+            grads = worker.flat_gradients()
+            return grads if fault is None else fault.scale_contribution(grads)
+
+        if not others:
+            # A lone member sends nothing: no frame to encode, and its sum is its own gradients.
+            await self._report(barrier, peer.peer_id, counted, await server.compute(own_gradients), {})
+            return
         payload, mine = await server.compute(
-            lambda: contribution(
-                header,
-                worker.flat_gradients()
-                if fault is None
-                else fault.scale_contribution(worker.flat_gradients()),
-                peer.run.compression,
-            )
+            lambda: contribution(header, own_gradients(), peer.run.compression)
         )
         timeout = transfer_timeout_s(sum(m.nbytes for m in payload.metas) * len(barrier.group))
 
@@ -177,8 +195,21 @@ class Averager:
                 )
             log.warning("averaging step %d attempt %d stalled: %s", barrier.step, barrier.attempt, exc)
             return
-        contributions = {peer.peer_id: Contribution(grads=mine, counted=counted), **received}
-        total = sum_contributions({sender: c.grads for sender, c in contributions.items()})
+        await self._report(barrier, peer.peer_id, counted, mine, received)
+
+    async def _report(
+        self,
+        barrier: StepBarrier,
+        own_id: int,
+        counted: list[str],
+        mine: Tensor,
+        received: dict[int, Contribution],
+    ) -> None:
+        """Sum the contributions, hold the sum until the step is applied, and tell the coordinator."""
+        peer = self._peer
+        contributions = {own_id: Contribution(grads=mine, counted=counted), **received}
+        # Sums and norms of whole stage gradients: the compute thread's work, not the event loop's.
+        total, total_norm_sq, norms_sq = await peer.server.compute(lambda: summarize(contributions))
         self._pending_sum[barrier.step] = (barrier.attempt, total)
         union = sorted({mb for c in contributions.values() for mb in c.counted})
         await peer.control.send(
@@ -188,11 +219,9 @@ class Averager:
                 stage=barrier.stage,
                 contributors=sorted(p.peer_id for p in barrier.group),
                 counted=union,
-                grad_sum_norm_sq=float(total.double().square().sum()),
+                grad_sum_norm_sq=total_norm_sq,
                 contributions=[
-                    ContributionNorm(
-                        peer_id=sender, norm_sq=float(c.grads.double().square().sum()), counted=c.counted
-                    )
+                    ContributionNorm(peer_id=sender, norm_sq=norms_sq[sender], counted=c.counted)
                     for sender, c in sorted(contributions.items())
                 ],
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
@@ -57,6 +58,9 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 1.0
 UPLOAD_GRACE_S = 120.0
+
+
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass(kw_only=True)
@@ -188,6 +192,9 @@ class PeerRuntime:
     async def run(self) -> str:
         """Join and train until stopped; returns why it stopped."""
         torch.set_num_threads(self.settings.threads)
+        # The compute thread needs the GIL between torch's kernels; with the default 5 ms switch
+        # interval it waits behind the event loop's Python work that long each time.
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         listener = socket.create_server((self.settings.listen_host, self.settings.listen_port))
         certificate = (
             generate_certificate(self.name)

@@ -108,7 +108,6 @@ class StageServer:
         self.report: Callable[[ArbitrationVerdict], Awaitable[object]] | None = None
         """Sends a referee's verdict to the coordinator (set once the control channel exists)."""
         self._waiting = 0
-        self._compute_lock = asyncio.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-compute")
 
     @property
@@ -125,19 +124,25 @@ class StageServer:
         included). With `kind`, that time feeds the throughput estimate and `compute_seconds`."""
         self._waiting += 1
         try:
-            async with self._compute_lock:
-                started = time.perf_counter()
-                result = await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-                elapsed = time.perf_counter() - started
-                if self.slowdown > 1.0:
-                    await asyncio.sleep((self.slowdown - 1.0) * elapsed)
-                seconds = time.perf_counter() - started
-                if kind is not None:
-                    self.record_call(kind, samples, seconds)
-                    self.compute_seconds += seconds
-                return result, seconds
+            # The one compute thread queues the calls: the next starts the moment one ends, without
+            # waiting for the event loop to come round (which it would behind a lock held here).
+            result, seconds = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._hold_device, fn
+            )
         finally:
             self._waiting -= 1
+        if kind is not None:
+            self.record_call(kind, samples, seconds)
+            self.compute_seconds += seconds
+        return result, seconds
+
+    def _hold_device(self, fn: Any) -> tuple[Any, float]:
+        """On the compute thread: `fn`, then the emulated slowness, which keeps the device busy too."""
+        started = time.perf_counter()
+        result = fn()
+        if self.slowdown > 1.0:
+            time.sleep((self.slowdown - 1.0) * (time.perf_counter() - started))
+        return result, time.perf_counter() - started
 
     def record_call(self, kind: str, samples: int, seconds: float) -> None:
         if samples <= 0 or seconds <= 0:

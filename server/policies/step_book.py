@@ -43,6 +43,27 @@ class StepSummary:
         return max((t.lost for t in self.stage_tallies), default=0)
 
 
+TAPER_FROM_MICROBATCHES = 4
+"""Steps of at least this many full microbatches end with smaller ones; shorter steps would pay more
+in extra calls than the drain costs them."""
+
+
+def grant_size(missing: int, microbatch_size: int, target_batch_size: int) -> int:
+    """Samples in the next microbatch when `missing` are still to be granted this step.
+
+    Full microbatches until the step's tail, then halving (4, 2, 1, 1): the step ends when its last
+    microbatch has gone through every stage while the other stages wait at the barrier, so the drain
+    is as long as that microbatch is big. Smaller tail microbatches shorten it (the same samples, the
+    same step), at the cost of a few more calls. The last one is cut short so the step holds exactly
+    the target.
+    """
+    if missing <= 0 or microbatch_size <= 0:
+        raise ValueError("a grant needs samples missing and a positive microbatch size")
+    if missing > microbatch_size or target_batch_size < TAPER_FROM_MICROBATCHES * microbatch_size:
+        return min(missing, microbatch_size)
+    return (missing + 1) // 2
+
+
 @dataclass(kw_only=True)
 class StepBook:
     """One step's microbatches. `next_sample` is the run's data cursor and carries to the next step."""
@@ -93,12 +114,12 @@ class StepBook:
     def grant(self, trainer_id: int) -> Grant | None:
         """A new microbatch for `trainer_id`, or None when what is done or in flight already fills the step.
 
-        The last microbatch of a step is cut short so the step holds exactly the target.
+        The step's last microbatches are smaller (`grant_size`), so the step holds exactly the target.
         """
         missing = self.target_batch_size - self.samples_done - self.samples_outstanding
         if missing <= 0:
             return None
-        samples = min(self.microbatch_size, missing)
+        samples = grant_size(missing, self.microbatch_size, self.target_batch_size)
         grant = Grant(
             microbatch_id=f"s{self.step}-{self.nonce}m{self._sequence}",
             trainer_id=trainer_id,

@@ -428,3 +428,27 @@ def test_served_compute_is_summed_per_serving_peer_for_finished_microbatches_onl
     # The next step starts its own books.
     following = b.next_book()
     assert (following.served_compute, following.cache_hits, following.cache_misses) == ({}, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("target", "microbatch", "sizes"),
+    [
+        # Long steps end with halving microbatches: a shorter drain, the same samples.
+        (32, 4, [4] * 7 + [2, 1, 1]),
+        (16, 4, [4, 4, 4, 2, 1, 1]),
+        (17, 4, [4, 4, 4, 4, 1]),
+        (32, 8, [8, 8, 8, 4, 2, 1, 1]),
+        # Short steps keep whole microbatches; the last is cut to the target.
+        (8, 4, [4, 4]),
+        (24, 8, [8, 8, 8]),
+        (10, 4, [4, 4, 2]),
+        (3, 4, [3]),
+    ],
+)
+def test_grants_taper_at_the_end_of_long_steps(target: int, microbatch: int, sizes: list[int]) -> None:
+    book = StepBook(step=0, target_batch_size=target, microbatch_size=microbatch, next_sample=0)
+    granted = []
+    while (grant := book.grant(trainer_id=1)) is not None:
+        granted.append(grant.samples)
+    assert granted == sizes
+    assert sum(granted) == target
