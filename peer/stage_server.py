@@ -115,19 +115,21 @@ class StageServer:
         return self._waiting
 
     async def compute(self, fn: Any) -> Any:
-        """Run `fn` on the compute thread, one call at a time; emulated slowness holds the device too."""
+        """Run `fn` on the compute thread, one call at a time: bookkeeping beside the stage calls
+        (averaging sums, state exports, optimizer steps), never stretched by `--slowdown`."""
         result, _ = await self.compute_timed(fn)
         return result
 
     async def compute_timed(self, fn: Any, *, kind: str | None = None, samples: int = 0) -> tuple[Any, float]:
-        """`fn`'s result and the seconds it held the device (queueing excluded, emulated slowness
-        included). With `kind`, that time feeds the throughput estimate and `compute_seconds`."""
+        """`fn`'s result and the seconds it held the device (queueing excluded). With `kind` (a stage
+        call), emulated slowness is included and the time feeds the throughput estimate and
+        `compute_seconds`."""
         self._waiting += 1
         try:
             # The one compute thread queues the calls: the next starts the moment one ends, without
             # waiting for the event loop to come round (which it would behind a lock held here).
             result, seconds = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._hold_device, fn
+                self._executor, self._hold_device, fn, kind is not None
             )
         finally:
             self._waiting -= 1
@@ -136,11 +138,14 @@ class StageServer:
             self.compute_seconds += seconds
         return result, seconds
 
-    def _hold_device(self, fn: Any) -> tuple[Any, float]:
-        """On the compute thread: `fn`, then the emulated slowness, which keeps the device busy too."""
+    def _hold_device(self, fn: Any, stage_call: bool) -> tuple[Any, float]:
+        """On the compute thread: `fn`, then for a stage call the emulated slowness, which keeps the
+        device busy too. Only the model's compute is what an emulated device's speed decides: the
+        bookkeeping around it (sums, hashes, state copies) runs at this machine's speed, as it would
+        beside a real device."""
         started = time.perf_counter()
         result = fn()
-        if self.slowdown > 1.0:
+        if stage_call and self.slowdown > 1.0:
             time.sleep((self.slowdown - 1.0) * (time.perf_counter() - started))
         return result, time.perf_counter() - started
 

@@ -111,7 +111,8 @@ class PeerSettings(BaseSettings):
     threads: int = Field(default=1, ge=1)
     """torch intra-op threads; several peers often share one machine."""
     slowdown: float = Field(default=1.0, ge=1.0)
-    """Stretch every compute call by this factor, to emulate a slower device."""
+    """Stretch every stage call's compute by this factor, to emulate a slower device (the bookkeeping
+    around it, averaging sums, hashes and state copies, runs at this machine's speed)."""
     activation_cache_mb: float = Field(default=512.0, ge=0)
     """Memory for forwards kept until their backward arrives (oldest evicted first): a backward
     served from it needs neither the input again nor a recomputed forward. 0 turns keeping off."""
