@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.policies.step_book import Grant, StageTally, StepBook, StepSummary
+from server.policies.step_book import Grant, StageTally, StepBook, StepSummary, grant_size
 from swarmhub.wire import ServedCall
 
 
@@ -339,7 +339,7 @@ def test_random_event_sequences_keep_the_books(
                 assert g is None
                 continue
             assert g is not None
-            assert g.samples == min(microbatch, room)
+            assert g.samples == grant_size(room, microbatch, target)
             assert g.trainer_id == arg
             assert g.first_sample == cursor + sum(x.samples for x in grants)
             assert g.microbatch_id not in state
