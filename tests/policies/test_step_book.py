@@ -339,7 +339,7 @@ def test_random_event_sequences_keep_the_books(
                 assert g is None
                 continue
             assert g is not None
-            assert g.samples == grant_size(room, microbatch, target)
+            assert g.samples == grant_size(room, microbatch, target, first=not grants)
             assert g.trainer_id == arg
             assert g.first_sample == cursor + sum(x.samples for x in grants)
             assert g.microbatch_id not in state
@@ -433,11 +433,12 @@ def test_served_compute_is_summed_per_serving_peer_for_finished_microbatches_onl
 @pytest.mark.parametrize(
     ("target", "microbatch", "sizes"),
     [
-        # Long steps end with halving microbatches: a shorter drain, the same samples.
-        (32, 4, [4] * 7 + [2, 1, 1]),
-        (16, 4, [4, 4, 4, 2, 1, 1]),
-        (17, 4, [4, 4, 4, 4, 1]),
-        (32, 8, [8, 8, 8, 4, 2, 1, 1]),
+        # Long steps open with a quarter-size microbatch and end with halving ones: a shorter fill
+        # and drain, the same samples.
+        (32, 4, [1] + [4] * 7 + [2, 1]),
+        (16, 4, [1, 4, 4, 4, 2, 1]),
+        (17, 4, [1, 4, 4, 4, 2, 1, 1]),
+        (32, 8, [2, 8, 8, 8, 3, 2, 1]),
         # Short steps keep whole microbatches; the last is cut to the target.
         (8, 4, [4, 4]),
         (24, 8, [8, 8, 8]),
@@ -445,7 +446,7 @@ def test_served_compute_is_summed_per_serving_peer_for_finished_microbatches_onl
         (3, 4, [3]),
     ],
 )
-def test_grants_taper_at_the_end_of_long_steps(target: int, microbatch: int, sizes: list[int]) -> None:
+def test_grants_taper_at_both_ends_of_long_steps(target: int, microbatch: int, sizes: list[int]) -> None:
     book = StepBook(step=0, target_batch_size=target, microbatch_size=microbatch, next_sample=0)
     granted = []
     while (grant := book.grant(trainer_id=1)) is not None:

@@ -346,14 +346,15 @@ def test_work_is_granted_once_every_stage_has_a_ready_peer(connect_peer):
     for channel in (first, second, first, second, first, second, first):
         channel.send(WorkRequest())
         grants.append(channel.expect(WorkGrant))
-    # The step's tail comes in halving microbatches (server/policies/step_book.py grant_size).
+    # The step opens with a quarter-size microbatch and its tail halves (server/policies/step_book.py
+    # grant_size).
     assert [(g.step, g.first_sample, g.samples) for g in grants] == [
-        (0, 0, 8),
-        (0, 8, 8),
-        (0, 16, 8),
-        (0, 24, 4),
-        (0, 28, 2),
-        (0, 30, 1),
+        (0, 0, 2),
+        (0, 2, 8),
+        (0, 10, 8),
+        (0, 18, 8),
+        (0, 26, 3),
+        (0, 29, 2),
         (0, 31, 1),
     ]
     assert len({g.microbatch_id for g in grants}) == 7
