@@ -1,0 +1,137 @@
+"""A simulated run: the model and its cut, the swarm (device mix, size, lifetimes, joins), the
+mode (SWARM with or without rebalancing, or a fixed pipeline) and how long to run it.
+
+Timeouts default to the project's own settings, so the simulator waits as long as the real peers
+and coordinator would."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sim.devices import DeviceMix, PeerKind
+from swarmhub.presets import ModelPreset, get_preset
+from swarmhub.settings import PeerSettings, ServerSettings
+
+Mode = Literal["swarm", "static", "fixed"]
+"""swarm: SWARM with rebalancing; static: SWARM without rebalancing (joiners still go to the weakest
+stage); fixed: one peer per stage, restarted from the last checkpoint whenever a member dies."""
+AveragingPattern = Literal["all-to-all", "butterfly"]
+"""all-to-all: each member sends its sum to every other (what `peer/averaging.py` does: (K-1) sums
+out per member); butterfly: a reduce-scatter and all-gather (two sums' worth per member)."""
+
+CALL_TIMEOUT_S: float = PeerSettings.model_fields["call_timeout_s"].default
+HEARTBEAT_TIMEOUT_S: float = ServerSettings.model_fields["heartbeat_timeout_s"].default
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    name: str
+    preset: ModelPreset
+    num_stages: int
+    seq_len: int
+    microbatch_size: int
+    target_batch_size: int
+    compression: str = "int8"
+    peers: int
+    """Peers at the start (each joins at a random moment in the first `join_spread_s`)."""
+    mix: DeviceMix
+    duration_s: float
+    mode: Mode = "swarm"
+    mean_lifetime_s: float | None = None
+    """Mean of each peer's exponential lifetime; None: nobody dies."""
+    join_rate_per_s: float | None = None
+    """Poisson arrivals of new peers; None: as many as die on average (peers / mean lifetime)."""
+    seed: int = 0
+    rate_noise: float = 0.05
+    """Relative spread of a peer's reported rate around its true one (a heartbeat's reading)."""
+    averaging: AveragingPattern = "all-to-all"
+    call_timeout_s: float = CALL_TIMEOUT_S
+    heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S
+    join_spread_s: float = 5.0
+    sample_every_s: float = 60.0
+    """Length of the intervals the report's time series is cut into."""
+    record_s: float = 0.05
+    """The coordinator's write of a step before its update may be applied."""
+    apply_s: float = 0.5
+    """A member's optimizer step after averaging."""
+    checkpoint_every_s: float = 600.0
+    """Fixed pipeline: training time between checkpoints."""
+    replacement_s: float = 60.0
+    """Fixed pipeline: time to bring up a replacement for a dead member, before it loads the checkpoint."""
+    kinds: tuple[PeerKind, ...] = field(default=())
+    """The initial peers' kinds, overriding draws from `mix` (tests and small validations)."""
+    deaths: tuple[tuple[float, int], ...] = ()
+    """Deaths at fixed times, (seconds, initial peer index), on top of the lifetimes drawn."""
+
+    def __post_init__(self) -> None:
+        if self.kinds and len(self.kinds) != self.peers:
+            raise ValueError(f"{len(self.kinds)} kinds given for {self.peers} peers")
+        if self.num_stages > self.preset.n_layer:
+            raise ValueError(
+                f"preset {self.preset.name} has {self.preset.n_layer} blocks, not {self.num_stages}"
+            )
+
+    @property
+    def joins_per_s(self) -> float:
+        if self.join_rate_per_s is not None:
+            return self.join_rate_per_s
+        return self.peers / self.mean_lifetime_s if self.mean_lifetime_s else 0.0
+
+
+WIDE = ModelPreset(name="sim-wide", d_model=4096, n_layer=32, n_head=32, max_seq_len=2048, token_bytes=2)
+"""About 7B parameters in 32 blocks: one block per stage at 32 stages (no project preset has 32)."""
+
+INTERNET = DeviceMix(
+    devices={"t4": 0.5, "v100": 0.2, "a100": 0.1, "cpu": 0.2},
+    links={"broadband": 0.6, "datacenter": 0.3, "slow": 0.1},
+)
+"""Volunteers and spot instances: mostly T4s on home broadband, some data-centre GPUs, some CPUs."""
+HOMOGENEOUS = DeviceMix(devices={"t4": 1.0}, links={"datacenter": 1.0})
+
+
+def _scenarios() -> dict[str, Scenario]:
+    ref = get_preset("swarm-ref")
+    small = Scenario(
+        name="small-homogeneous",
+        preset=ref,
+        num_stages=4,
+        seq_len=256,
+        microbatch_size=8,
+        target_batch_size=512,
+        compression="none",
+        peers=16,
+        mix=HOMOGENEOUS,
+        duration_s=1800.0,
+    )
+    churn = Scenario(
+        name="churn-100",
+        preset=ref,
+        num_stages=8,
+        seq_len=256,
+        microbatch_size=16,
+        target_batch_size=4096,
+        peers=100,
+        mix=INTERNET,
+        mean_lifetime_s=3600.0,
+        duration_s=4 * 3600.0,
+    )
+    scale = Scenario(
+        name="scale-10k",
+        preset=WIDE,
+        num_stages=32,
+        seq_len=512,
+        microbatch_size=8,
+        target_batch_size=65_536,
+        peers=10_000,
+        mix=INTERNET,
+        mean_lifetime_s=4 * 3600.0,
+        averaging="butterfly",
+        duration_s=3 * 3600.0,
+        join_spread_s=60.0,
+        sample_every_s=300.0,
+    )
+    return {s.name: s for s in (small, churn, scale)}
+
+
+SCENARIOS: dict[str, Scenario] = _scenarios()

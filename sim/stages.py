@@ -1,0 +1,47 @@
+"""What each stage of a run costs, from the project's own cost model: FLOPs per sample, the state a
+mover copies, the data-plane bytes through a peer per sample and the gradient bytes averaged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server.policies.rebalance import CODEC_BYTES_PER_ELEMENT, TOKEN_BYTES, stage_bytes_per_sample
+from swarmhub.presets import ModelPreset
+from swarmhub.stage_cost import TRAINING_PASSES, stage_flops, stage_parameters, stage_state_bytes
+
+GRADIENT_BYTES_PER_PARAMETER = 4
+"""Averaging moves float32 gradients (as `StepCycle._transfer_allowance_s` assumes)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageModel:
+    num_stages: int
+    flops: tuple[float, ...]
+    """Training FLOPs per sample (forward and backward) of each stage."""
+    state_bytes: tuple[int, ...]
+    bytes_per_sample: tuple[float, ...]
+    """Data-plane bytes through a peer of each stage per sample (calls in and replies out)."""
+    call_bytes: tuple[float, ...]
+    """Bytes per sample of a forward call's input at each stage: what a router weighs a call by."""
+    gradient_bytes: tuple[int, ...]
+
+    @classmethod
+    def of(cls, preset: ModelPreset, num_stages: int, seq_len: int, compression: str) -> StageModel:
+        act = seq_len * preset.d_model * CODEC_BYTES_PER_ELEMENT[compression]
+        tokens = seq_len * TOKEN_BYTES
+        calls = [tokens] + [act] * (num_stages - 2) + ([act + tokens] if num_stages > 1 else [])
+        return cls(
+            num_stages=num_stages,
+            flops=tuple(stage_flops(preset, num_stages, seq_len)),
+            state_bytes=tuple(stage_state_bytes(preset, num_stages)),
+            bytes_per_sample=tuple(stage_bytes_per_sample(num_stages, seq_len, preset.d_model, compression)),
+            call_bytes=tuple(calls[:num_stages]),
+            gradient_bytes=tuple(
+                GRADIENT_BYTES_PER_PARAMETER * n for n in stage_parameters(preset, num_stages)
+            ),
+        )
+
+    def forward_share(self, stage: int) -> float:
+        """Share of a sample's work at `stage` done by its forward call; the last stage does forward
+        and backward in one call."""
+        return 1.0 if stage == self.num_stages - 1 else 1.0 / TRAINING_PASSES

@@ -1,0 +1,767 @@
+"""A SWARM run simulated call by call, with the coordinator's and the trainers' real policies.
+
+What is real: grants come from `StepBook` (`grant_size` tails included) as `RunMachine._grant` asks
+for them; each stage call goes to the peer a `StageRouter` picks (bans and retries as
+`peer/trainer.py` makes them: up to `MAX_ATTEMPTS_PER_CALL` attempts, a backward first to the peer
+that kept the forward); averaging completes through `AveragingRound` (a member lost restarts the
+round without it); joiners get `choose_stage`; `choose_moves` decides moves on `RateEstimate`
+readings under the conditions of `Membership._maybe_rebalance`; the step's books close with
+`StepBook.summarize`. Constants (timeouts, intervals, hold times) are the project's own.
+
+What is modelled: a peer is a single FIFO server whose call occupies it for the longer of its
+compute (FLOPs over its device's speed) and its transfer (the call's bytes over its link), with the
+link's latency each way; a copy of a stage's state takes its bytes over the slower of the two links;
+averaging takes the slowest member's transfer for the pattern. A peer dies silently: its calls
+time out, and the coordinator forgets it after the heartbeat timeout.
+
+Simplifications, for speed: the trainers share one router per stage (every call advances the same
+virtual finish times, as many trainers' routers together would); heartbeat readings are taken every
+`READING_S` rather than every second; verification (spot checks, blame, arbitration) is left out.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from peer.concurrency import RoundTrips, microbatches_in_flight
+from peer.routing import StageRouter
+from peer.runtime import HEARTBEAT_INTERVAL_S
+from peer.trainer import MAX_ATTEMPTS_PER_CALL, NO_PEER_PATIENCE_S, NO_PEER_WAIT_S
+from server.policies.averaging import AveragingRound
+from server.policies.rate_estimate import RateEstimate
+from server.policies.rebalance import CODEC_BYTES_PER_ELEMENT, PeerLoad, choose_moves
+from server.policies.stage_choice import choose_stage
+from server.policies.step_book import Grant, StepBook
+from server.swarm.machine import SWARM_VIEW_REFRESH_S
+from server.swarm.membership import REBALANCE_INTERVAL_S, STATE_SOURCES
+from server.swarm.step_cycle import JOIN_HOLD_S
+from sim.devices import PeerKind
+from sim.events import EventQueue
+from sim.ideal import ideal_rate
+from sim.results import Move, RunReport, SeriesRow
+from sim.scenario import Scenario
+from sim.stages import StageModel
+from sim.tally import CoordinatorTally
+
+READING_S = 5.0
+"""How often the simulated coordinator takes a rate reading of each serving peer (the real one reads
+every heartbeat, each second): often enough to settle a new peer before the next decision."""
+TICK_S = 1.0
+"""The coordinator's clock in the simulation (the live shell ticks every 0.5 s)."""
+NO_WORK_POLL_S = 2.0
+"""A trainer slot told there is no work asks again after this long (`Trainer._slot`)."""
+CHECKPOINT_STORE_RATE = 125e6
+"""Bytes/s a stage is restored at from the coordinator's checkpoint store."""
+FORWARD_BYTES_SHARE = 0.4
+"""Share of a stage's bytes per sample moved by its forward call (input and output activations of
+five activation-sized transfers); the backward moves the rest."""
+
+COLLECTING, AVERAGING, RECORDING, APPLYING = "collecting", "averaging", "recording", "applying"
+
+
+class _Microbatch:
+    __slots__ = (
+        "attempts",
+        "backward",
+        "deadline",
+        "finish",
+        "grant",
+        "kept",
+        "peer",
+        "stage",
+        "started",
+        "token",
+        "trainer",
+        "tried",
+        "waited_since",
+        "whole",
+    )
+
+    def __init__(self, grant: Grant, trainer: int, now: float, num_stages: int) -> None:
+        self.grant = grant
+        self.trainer = trainer
+        self.started = now
+        self.stage = 0
+        self.backward = False
+        self.whole = False
+        """This backward carries its input again: the peer recomputes the forward."""
+        self.kept = [-1] * num_stages
+        self.peer = -1
+        self.finish = 0.0
+        self.deadline = 0.0
+        self.token = 0
+        self.attempts = 0
+        self.tried: set[int] = set()
+        self.waited_since: float | None = None
+
+
+@dataclass(kw_only=True)
+class _Peer:
+    kind: PeerKind
+    alive: bool = True
+    died_at: float = math.inf
+    member: bool = False
+    """The coordinator counts it as connected (until the heartbeat timeout after its death)."""
+    stage: int = -1
+    ready: bool = False
+    waiting: bool = False
+    load_step: int = -1
+    load_token: int = 0
+    assigned_at: float = 0.0
+    free_at: float = 0.0
+    queued: int = 0
+    served: int = 0
+    read_served: int = 0
+    rate: RateEstimate = field(default_factory=RateEstimate)
+    claim: float = 0.0
+    linked: bool = False
+    slots: int = 0
+    accumulated: list[str] | None = None
+    calls: set[_Microbatch] | None = None
+    """Microbatches whose call waits on it: trainers abandon them when it leaves the swarm view."""
+
+
+class SwarmSim:
+    def __init__(self, scenario: Scenario) -> None:
+        sc = scenario
+        if sc.mode == "fixed":
+            raise ValueError("a fixed pipeline is simulated by sim.fixed, not SwarmSim")
+        self.sc = sc
+        self.model = StageModel.of(sc.preset, sc.num_stages, sc.seq_len, sc.compression)
+        self.rng = random.Random(sc.seed)
+        self.events = EventQueue()
+        self.tally = CoordinatorTally()
+        self.peers: list[_Peer] = []
+        self.S = sc.num_stages
+        self.routers = [StageRouter(rng=random.Random(sc.seed * 1000 + s)) for s in range(self.S)]
+        self.view: list[set[int]] = [set() for _ in range(self.S)]
+        """Ready peers per stage: what the coordinator's SwarmView lists, and trainers route to."""
+        self.placed_count = [0] * self.S
+        self.loading: set[int] = set()
+        self.waiting: set[int] = set()
+        self.members = 0
+        self.book = StepBook(
+            step=0, target_batch_size=sc.target_batch_size, microbatch_size=sc.microbatch_size, next_sample=0
+        )
+        self.granted = 0
+        self.phase = COLLECTING
+        self.rounds: dict[int, AveragingRound] = {}
+        self.pending_apply: set[int] = set()
+        self.last_decision = -1e9
+        self.flight: dict[str, _Microbatch] = {}
+        self.idle: deque[int] = deque()
+        self.concurrency = microbatches_in_flight(
+            stage_rates=[],
+            round_trip_s=None,
+            microbatch_size=sc.microbatch_size,
+            trainers=1,
+            num_stages=self.S,
+        )
+        self.round_trips = RoundTrips()
+        # What the report counts.
+        self.samples_completed = 0
+        self.samples_committed = 0
+        self.samples_lost = 0
+        self.steps = 0
+        self.retries = 0
+        self.microbatches_failed = 0
+        self.moves: list[Move] = []
+        self.series: list[SeriesRow] = []
+        self._interval_start = 0.0
+        self._interval_samples = 0
+        self._interval_moves = 0
+        self._ideal_time = 0.0
+        self._ideal_samples = 0.0
+
+    # ---- the run --------------------------------------------------------------------------------
+
+    def run(self) -> RunReport:
+        sc, ev = self.sc, self.events
+        started = time.perf_counter()
+        for index in range(sc.peers):
+            kind = sc.kinds[index] if sc.kinds else sc.mix.draw(self.rng)
+            ev.at(self.rng.uniform(0.0, sc.join_spread_s), self._join, kind, index)
+        if sc.joins_per_s > 0:
+            ev.at(self.rng.expovariate(sc.joins_per_s), self._arrival)
+        ev.at(TICK_S, self._tick)
+        ev.run_until(sc.duration_s)
+        self._close_interval(sc.duration_s)
+        ideal_mean = self._ideal_samples / self._ideal_time if self._ideal_time else 0.0
+        return RunReport(
+            scenario=sc.name,
+            mode=sc.mode,
+            duration_s=sc.duration_s,
+            wall_s=time.perf_counter() - started,
+            events=ev.handled,
+            samples_completed=self.samples_completed,
+            samples_committed=self.samples_committed,
+            samples_lost=self.samples_lost,
+            steps=self.steps,
+            retries=self.retries,
+            microbatches_failed=self.microbatches_failed,
+            ideal_rate_mean=ideal_mean,
+            moves=self.moves,
+            series=self.series,
+            coordinator=self.tally.summary(sc.duration_s),
+        )
+
+    @property
+    def now(self) -> float:
+        return self.events.now
+
+    # ---- peers arriving and dying ---------------------------------------------------------------
+
+    def _arrival(self, _a: object, _b: object) -> None:
+        self._join(self.sc.mix.draw(self.rng), -1)
+        self.events.at(self.now + self.rng.expovariate(self.sc.joins_per_s), self._arrival)
+
+    def _join(self, kind: PeerKind, initial_index: int) -> None:
+        sc = self.sc
+        p = len(self.peers)
+        peer = _Peer(kind=kind, member=True, accumulated=[], calls=set())
+        self.peers.append(peer)
+        self.members += 1
+        self.tally.received["Hello"] += 1
+        self.tally.sent["Welcome"] += 1
+        self.tally.sent["RunStatusChanged"] += 1
+        self.tally.sent["Reachability"] += 1
+        if sc.mean_lifetime_s:
+            self.events.at(self.now + self.rng.expovariate(1.0 / sc.mean_lifetime_s), self._die, p)
+        for when, index in sc.deaths:
+            if index == initial_index:
+                self.events.at(when, self._die, p)
+        stage = self.tally.timed(
+            "choose_stage",
+            choose_stage,
+            [sum(self.peers[q].claim for q in self.view[s]) for s in range(self.S)],
+            self.placed_count,
+            None,
+        )
+        peer.claim = self._benchmark_claim(peer)
+        self._assign(p, stage)
+        peer.slots = self.concurrency
+        for _ in range(peer.slots):
+            self._request_work(p)
+
+    def _die(self, p: int, _b: object) -> None:
+        peer = self.peers[p]
+        if not peer.alive:
+            return
+        peer.alive = False
+        peer.died_at = self.now
+        # Its last heartbeat came up to an interval before it died.
+        last_heartbeat = self.now - self.rng.uniform(0.0, HEARTBEAT_INTERVAL_S)
+        self.events.at(last_heartbeat + self.sc.heartbeat_timeout_s, self._forget, p)
+
+    def _forget(self, p: int, _b: object) -> None:
+        """The coordinator's `_forget` after a heartbeat timeout."""
+        peer = self.peers[p]
+        if not peer.member:
+            return
+        peer.member = False
+        self.members -= 1
+        self._leave_stage(p)
+        if peer.stage >= 0:
+            self.placed_count[peer.stage] -= 1
+        self.loading.discard(p)
+        self.waiting.discard(p)
+        for grant in self.book.fail_trainer(p):
+            self.flight.pop(grant.microbatch_id, None)
+            self.microbatches_failed += 1
+        if self.phase == AVERAGING:
+            for stage, round_ in list(self.rounds.items()):
+                if p in round_.group:
+                    self._restart_round(stage, round_.without(p))
+            self._maybe_record()
+        elif self.phase == APPLYING:
+            self.pending_apply.discard(p)
+            self._maybe_open_next()
+        else:
+            self._maybe_barrier()
+            self._maybe_rebalance()
+        self._send_view()
+
+    # ---- stage assignment -----------------------------------------------------------------------
+
+    def _benchmark_claim(self, peer: _Peer) -> float:
+        """What a peer reports before it has measured its stage: its benchmark over an average stage."""
+        mean_flops = sum(self.model.flops) / self.S
+        return peer.kind.flops / mean_flops * self._noise()
+
+    def _noise(self) -> float:
+        return math.exp(self.rng.gauss(0.0, self.sc.rate_noise)) if self.sc.rate_noise > 0 else 1.0
+
+    def _leave_stage(self, p: int) -> None:
+        """Out of the swarm view: trainers drop their connections to it (`FramePool.abandon`), so the
+        calls waiting on it fail at once and are retried elsewhere."""
+        peer = self.peers[p]
+        if peer.ready:
+            peer.ready = False
+            self.view[peer.stage].discard(p)
+            self._refresh_router(peer.stage)
+        peer.accumulated = []
+        for mb in peer.calls:
+            mb.deadline = self.now
+            mb.finish = math.inf
+            mb.token += 1
+            self.events.at(self.now, self._answered, mb, mb.token)
+        peer.calls = set()
+
+    def _assign(self, p: int, stage: int) -> None:
+        """`Membership._assign`: the peer copies `stage` now, or at the step boundary."""
+        peer = self.peers[p]
+        self._leave_stage(p)
+        if peer.stage >= 0:
+            self.placed_count[peer.stage] -= 1
+        peer.stage = stage
+        self.placed_count[stage] += 1
+        peer.rate = RateEstimate()
+        peer.read_served = peer.served
+        peer.load_token += 1
+        if self.phase != COLLECTING:
+            peer.waiting = True
+            self.waiting.add(p)
+            return
+        peer.waiting = False
+        self.waiting.discard(p)
+        peer.assigned_at = self.now
+        peer.load_step = self.book.step
+        self.loading.add(p)
+        self.tally.sent["AssignStage"] += 1
+        self.events.at(self.now + self._copy_s(p, stage), self._loaded, p, peer.load_token)
+
+    def _copy_s(self, p: int, stage: int) -> float:
+        """Seconds to load `stage`: nothing to copy at step 0; else from the fastest ready peer of the
+        stage (the first of the sources offered), or from the latest checkpoint."""
+        kind = self.peers[p].kind
+        if self.book.step == 0:
+            return kind.latency_s
+        sources = sorted(self.view[stage], key=lambda q: -self.peers[q].claim)[:STATE_SOURCES]
+        source_rate = max((self.peers[q].kind.bandwidth for q in sources), default=CHECKPOINT_STORE_RATE)
+        return self.model.state_bytes[stage] / min(kind.bandwidth, source_rate) + 2 * kind.latency_s
+
+    def _loaded(self, p: int, token: int) -> None:
+        """The peer's StageReady, as `Membership._stage_ready` takes it."""
+        peer = self.peers[p]
+        if not peer.alive or not peer.member or token != peer.load_token:
+            return
+        self.tally.received["StageReady"] += 1
+        self.loading.discard(p)
+        if self.phase != COLLECTING:
+            peer.waiting = True
+            self.waiting.add(p)
+            return
+        if peer.load_step != self.book.step:
+            self._assign(p, peer.stage)
+            return
+        peer.ready = True
+        peer.claim = peer.kind.flops / self.model.flops[peer.stage] * self._noise()
+        self.view[peer.stage].add(p)
+        self._refresh_router(peer.stage)
+        self._send_view()
+        self._pump()
+        self._maybe_barrier()
+        self._maybe_rebalance()
+
+    def _refresh_router(self, stage: int) -> None:
+        ready = self.view[stage]
+        peers = self.peers
+        self.routers[stage].update_peers(
+            {q: peers[q].claim for q in ready}, {q: peers[q].queued for q in ready}
+        )
+        self.routers[stage].update_links({q: peers[q].kind.bandwidth for q in ready if peers[q].linked})
+
+    def _send_view(self) -> None:
+        ready = sum(len(v) for v in self.view)
+        self.tally.sent["SwarmView"] += self.members
+        self.tally.view_endpoints += self.members * ready
+
+    # ---- trainers and grants --------------------------------------------------------------------
+
+    def _request_work(self, trainer: int) -> None:
+        """A trainer slot asks for work; refused, it waits in line and asks again later."""
+        self.idle.append(trainer)
+        self.tally.received["WorkRequest"] += 1
+        if not self._pump():
+            self.tally.sent["NoWork"] += 1
+
+    def _pump(self) -> bool:
+        """Grant work to waiting trainer slots while `RunMachine._grant` would; False if it refused
+        the last slot that asked."""
+        if self.phase != COLLECTING or not all(self.view):
+            return False
+        while self.idle:
+            trainer = self.idle[0]
+            peer = self.peers[trainer]
+            if not peer.member or not peer.alive:
+                self.idle.popleft()
+                continue
+            grant = self.tally.timed("grant", self.book.grant, trainer)
+            if grant is None:
+                return False
+            self.tally.sent["WorkGrant"] += 1
+            self.idle.popleft()
+            self.granted += grant.samples
+            mb = _Microbatch(grant, trainer, self.now, self.S)
+            self.flight[grant.microbatch_id] = mb
+            self._route(mb)
+        return True
+
+    def _slot_free(self, trainer: int) -> None:
+        peer = self.peers[trainer]
+        if not peer.alive or not peer.member:
+            return
+        if peer.slots > self.concurrency:
+            peer.slots -= 1
+            return
+        self._request_work(trainer)
+
+    def _retarget(self) -> None:
+        """`Trainer._retarget` for every trainer at once (they all see the same swarm view)."""
+        rates = [sum(self.peers[q].claim for q in v) for v in self.view]
+        wanted = microbatches_in_flight(
+            stage_rates=rates,
+            round_trip_s=self.round_trips.unloaded(),
+            microbatch_size=self.sc.microbatch_size,
+            trainers=max(1, self.members),
+            num_stages=self.S,
+        )
+        if wanted > self.concurrency:
+            for trainer, peer in enumerate(self.peers):
+                if peer.member and peer.alive:
+                    for _ in range(wanted - max(peer.slots, self.concurrency)):
+                        self.idle.append(trainer)
+                    peer.slots = max(peer.slots, wanted)
+        self.concurrency = wanted
+        self._pump()
+
+    # ---- stage calls ----------------------------------------------------------------------------
+
+    def _route(self, mb: _Microbatch, token: int | None = None) -> None:
+        if token is not None and token != mb.token:
+            return
+        if mb.grant.microbatch_id not in self.flight or not self.peers[mb.trainer].alive:
+            return
+        s, now = mb.stage, self.now
+        keeper = mb.kept[s] if mb.backward and not mb.whole else -1
+        if keeper >= 0:
+            if keeper in self.view[s]:
+                self._send(mb, keeper)
+                return
+            mb.whole = True
+        router = self.routers[s]
+        exclude = frozenset(mb.tried) if mb.tried and len(mb.tried) < len(router.peers()) else frozenset()
+        samples = mb.grant.samples
+        p = router.choose(samples, now, exclude, nbytes=int(2 * self.model.call_bytes[s] * samples))
+        if p is None or p not in self.view[s]:
+            mb.waited_since = mb.waited_since if mb.waited_since is not None else now
+            if now - mb.waited_since > NO_PEER_PATIENCE_S:
+                self._fail(mb)
+                return
+            mb.token += 1
+            self.events.at(now + NO_PEER_WAIT_S, self._route, mb, mb.token)
+            return
+        mb.waited_since = None
+        self._send(mb, p)
+
+    def _send(self, mb: _Microbatch, p: int) -> None:
+        peer, model, s, now = self.peers[p], self.model, mb.stage, self.now
+        kind = peer.kind
+        samples = mb.grant.samples
+        mb.attempts += 1
+        mb.token += 1
+        mb.peer = p
+        mb.deadline = now + self.sc.call_timeout_s
+        peer.calls.add(mb)
+        if not peer.alive:
+            mb.finish = math.inf
+            self.events.at(mb.deadline, self._answered, mb, mb.token)
+            return
+        last = s == self.S - 1
+        if last:
+            work, nbytes = 1.0, 1.0
+        elif not mb.backward:
+            work, nbytes = model.forward_share(s), FORWARD_BYTES_SHARE
+        else:
+            work = 1.0 if mb.whole else 1.0 - model.forward_share(s)
+            nbytes = 1.0 - FORWARD_BYTES_SHARE
+        compute = samples * work * model.flops[s] / kind.flops
+        transfer = samples * nbytes * model.bytes_per_sample[s] / kind.bandwidth
+        start = max(now + kind.latency_s, peer.free_at)
+        mb.finish = start + max(compute, transfer)
+        peer.free_at = mb.finish
+        peer.queued += 1
+        self.events.at(min(mb.finish + kind.latency_s, mb.deadline), self._answered, mb, mb.token)
+
+    def _answered(self, mb: _Microbatch, token: int) -> None:
+        if token != mb.token or mb.grant.microbatch_id not in self.flight:
+            return
+        if not self.peers[mb.trainer].alive:
+            return  # the trainer died: nobody goes on with this microbatch
+        p, now = mb.peer, self.now
+        peer = self.peers[p]
+        router = self.routers[mb.stage]
+        peer.calls.discard(mb)
+        if mb.finish < math.inf:
+            peer.queued -= 1
+        ok = peer.died_at > mb.finish and now < mb.deadline
+        if not ok:
+            if now < mb.deadline:
+                mb.finish = math.inf
+                self.events.at(mb.deadline, self._answered, mb, token)
+                return
+            self.tally.received["PeerUnreachable"] += 1
+            router.report_failure(p, now)
+            self.retries += 1
+            keeper_call = mb.backward and not mb.whole
+            if keeper_call:
+                mb.whole = True
+            else:
+                mb.tried.add(p)
+                if mb.attempts >= MAX_ATTEMPTS_PER_CALL:
+                    self._fail(mb)
+                    return
+            self._route(mb)
+            return
+        router.report_success(p)
+        peer.served += mb.grant.samples
+        peer.linked = True
+        s = mb.stage
+        mb.attempts, mb.tried = 0, set()
+        if not mb.backward:
+            mb.kept[s] = p
+            if s < self.S - 1:
+                mb.stage = s + 1
+                self._route(mb)
+                return
+            peer.accumulated.append(mb.grant.microbatch_id)
+            mb.backward = True
+        else:
+            peer.accumulated.append(mb.grant.microbatch_id)
+        mb.whole = False
+        if mb.stage == 0:
+            self._done(mb)
+            return
+        mb.stage -= 1
+        self._route(mb)
+
+    def _done(self, mb: _Microbatch) -> None:
+        grant = mb.grant
+        del self.flight[grant.microbatch_id]
+        self.tally.received["MicrobatchDone"] += 1
+        if self.tally.timed("complete", self.book.complete, grant.microbatch_id, 0.0):
+            self.samples_completed += grant.samples
+            self._interval_samples += grant.samples
+        self.round_trips.add(self.now - mb.started)
+        self._slot_free(mb.trainer)
+        self._maybe_barrier()
+
+    def _fail(self, mb: _Microbatch) -> None:
+        self.flight.pop(mb.grant.microbatch_id, None)
+        self.tally.received["MicrobatchFailed"] += 1
+        self.book.fail(mb.grant.microbatch_id)
+        self.microbatches_failed += 1
+        self._slot_free(mb.trainer)
+        self._maybe_barrier()
+
+    # ---- the step cycle -------------------------------------------------------------------------
+
+    def _maybe_barrier(self) -> None:
+        if self.phase != COLLECTING or not self.book.ready_for_barrier():
+            return
+        now = self.now
+        if any(now - self.peers[p].assigned_at < JOIN_HOLD_S for p in self.loading):
+            return
+        self.phase = AVERAGING
+        self.rounds = {
+            s: AveragingRound(stage=s, attempt=0, group=frozenset(self.view[s])) for s in range(self.S)
+        }
+        for s, round_ in self.rounds.items():
+            self._restart_round(s, round_)
+        self._maybe_record()
+
+    def _restart_round(self, stage: int, round_: AveragingRound) -> None:
+        self.rounds[stage] = round_
+        self.tally.sent["StepBarrier"] += len(round_.group)
+        self.events.at(
+            self.now + self._averaging_s(stage, round_.group), self._averaged, stage, round_.attempt
+        )
+
+    def _averaging_s(self, stage: int, group: frozenset[int]) -> float:
+        """The round's time: its slowest member's transfers for the pattern."""
+        if len(group) < 2:
+            return 0.0
+        wire = self.model.gradient_bytes[stage] / 4 * CODEC_BYTES_PER_ELEMENT[self.sc.compression]
+        sums = len(group) - 1 if self.sc.averaging == "all-to-all" else 2.0
+        slowest = min(self.peers[p].kind.bandwidth for p in group)
+        latency = max(self.peers[p].kind.latency_s for p in group)
+        return sums * wire / slowest + 2 * latency
+
+    def _averaged(self, stage: int, attempt: int) -> None:
+        round_ = self.rounds.get(stage)
+        if self.phase != AVERAGING or round_ is None or round_.attempt != attempt:
+            return
+        contributors = sorted(round_.group)
+        for p in contributors:
+            peer = self.peers[p]
+            if peer.alive:
+                self.tally.received["AveragingDone"] += 1
+                round_.report(p, attempt, contributors, peer.accumulated)
+        self._maybe_record()
+
+    def _maybe_record(self) -> None:
+        if self.phase != AVERAGING or not all(r.complete() for r in self.rounds.values()):
+            return
+        self.phase = RECORDING
+        summary = self.tally.timed(
+            "summarize", self.book.summarize, [self.rounds[s].counted() for s in range(self.S)]
+        )
+        self.samples_committed += min(t.counted for t in summary.stage_tallies)
+        self.samples_lost += summary.samples_lost
+        self.steps += 1
+        self.events.at(self.now + self.sc.record_s, self._recorded)
+
+    def _recorded(self, _a: object, _b: object) -> None:
+        self.phase = APPLYING
+        self.pending_apply = {p for r in self.rounds.values() for p in r.group if self.peers[p].member}
+        self.tally.sent["ApplyStep"] += len(self.pending_apply)
+        self.events.at(self.now + self.sc.apply_s, self._applied)
+
+    def _applied(self, _a: object, _b: object) -> None:
+        alive = {p for p in self.pending_apply if self.peers[p].alive}
+        self.tally.received["StepApplied"] += len(alive)
+        self.pending_apply -= alive
+        self._maybe_open_next()
+
+    def _maybe_open_next(self) -> None:
+        if self.phase != APPLYING or self.pending_apply:
+            return
+        self.book = self.book.next_book()
+        self.granted = 0
+        self.phase = COLLECTING
+        self.rounds = {}
+        self.tally.sent["StepCommitted"] += self.members
+        for peer in self.peers:
+            if peer.member:
+                peer.accumulated = []
+        for p in sorted(self.waiting):
+            self._assign(p, self.peers[p].stage)
+        self._maybe_rebalance()
+        self._pump()
+
+    # ---- rebalancing ----------------------------------------------------------------------------
+
+    def _maybe_rebalance(self) -> None:
+        """`Membership._maybe_rebalance`: at a step boundary (nothing granted yet) at most every
+        `REBALANCE_INTERVAL_S`, or at once for an empty stage; never while a peer is loading."""
+        if self.sc.mode != "swarm" or self.phase != COLLECTING or self.loading:
+            return
+        stage_empty = not all(self.view)
+        if not stage_empty and (self.granted or self.now - self.last_decision < REBALANCE_INTERVAL_S):
+            return
+        if self.members < self.S:
+            return
+        self.last_decision = self.now
+        model = self.model
+        loads = [
+            PeerLoad.measured(
+                peer_id=p,
+                stage=peer.stage,
+                rate=peer.rate if peer.rate.count else RateEstimate().observe(peer.claim),
+                queue_length=peer.queued,
+                link_rate=peer.kind.bandwidth if peer.linked else None,
+            )
+            for s in range(self.S)
+            for p in self.view[s]
+            for peer in (self.peers[p],)
+        ]
+        plan = self.tally.timed(
+            "choose_moves",
+            choose_moves,
+            loads,
+            self.S,
+            horizon_s=REBALANCE_INTERVAL_S,
+            stage_costs=model.flops,
+            state_bytes=model.state_bytes,
+            bytes_per_sample=model.bytes_per_sample,
+        )
+        if plan is None:
+            return
+        for move in plan.moves:
+            self.moves.append(
+                Move(
+                    t=self.now,
+                    peer_id=move.peer_id,
+                    from_stage=move.from_stage,
+                    to_stage=move.to_stage,
+                    fills_empty=move.fills_empty,
+                )
+            )
+            self._interval_moves += 1
+            self._assign(move.peer_id, move.to_stage)
+        self._send_view()
+
+    # ---- the clock ------------------------------------------------------------------------------
+
+    def _tick(self, _a: object, _b: object) -> None:
+        now = self.now
+        tally = self.tally
+        tally.received["Heartbeat"] += round(self.members * TICK_S / HEARTBEAT_INTERVAL_S)
+        polls = round(len(self.idle) * TICK_S / NO_WORK_POLL_S) if self.phase != COLLECTING else 0
+        tally.received["WorkRequest"] += polls
+        tally.sent["NoWork"] += polls
+        step = round(now / TICK_S)
+        if step % round(READING_S / TICK_S) == 0:
+            self._take_readings()
+        if step % round(SWARM_VIEW_REFRESH_S / TICK_S) == 0:
+            for s in range(self.S):
+                self._refresh_router(s)
+            self._send_view()
+            self._retarget()
+        if now - self._interval_start >= self.sc.sample_every_s - 1e-9:
+            self._close_interval(now)
+        self._maybe_barrier()
+        self._maybe_rebalance()
+        self.events.at(now + TICK_S, self._tick)
+
+    def _take_readings(self) -> None:
+        """`Member.take_reading` for each serving peer that served since its last reading."""
+        model = self.model
+        for s in range(self.S):
+            for p in self.view[s]:
+                peer = self.peers[p]
+                if peer.served > peer.read_served:
+                    peer.claim = peer.kind.flops / model.flops[s] * self._noise()
+                    peer.rate = peer.rate.observe(peer.claim)
+                    peer.read_served = peer.served
+
+    def _close_interval(self, now: float) -> None:
+        length = now - self._interval_start
+        if length <= 0:
+            return
+        kinds: dict[PeerKind, int] = {}
+        for peer in self.peers:
+            if peer.alive:
+                kinds[peer.kind] = kinds.get(peer.kind, 0) + 1
+        ideal = ideal_rate(kinds, self.model.flops, self.model.bytes_per_sample)
+        rate = self._interval_samples / length
+        self.series.append(
+            SeriesRow(
+                t=now,
+                samples_per_s=rate,
+                ideal_rate=ideal,
+                fraction_of_ideal=rate / ideal if ideal > 0 else 0.0,
+                live_peers=sum(kinds.values()),
+                moves=self._interval_moves,
+                step=self.book.step,
+            )
+        )
+        self._ideal_time += length
+        self._ideal_samples += ideal * length
+        self._interval_start = now
+        self._interval_samples = 0
+        self._interval_moves = 0
