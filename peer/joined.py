@@ -222,6 +222,7 @@ async def join(
         report=control.send,
         call_timeout_s=settings.call_timeout_s,
         max_frame_bytes=limits.for_kind,
+        serve_local=server.serve_local,
     )
     return JoinedPeer(
         coordinator_url=coordinator_url,

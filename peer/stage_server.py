@@ -226,6 +226,29 @@ class StageServer:
             return self._reply(frame, StateReply, state, step=step)
         if isinstance(header, ArbitrateCall):
             return await self._arbitrate(frame, worker, header, tensors)
+        reply_kind, outputs, fields = await self._answer(worker, header, tensors)
+        return self._reply(frame, reply_kind, self._payload(outputs), **fields)
+
+    async def serve_local(
+        self, header: StageCall, tensors: dict[str, Tensor]
+    ) -> tuple[Reply, dict[str, Tensor]]:
+        """A stage call from this peer's own trainer, served as the same call from the network would
+        be but without framing, signing and hashing: a peer need not prove itself to itself, and on
+        a machine where compute and data plane share the cores, that is compute regained. Both ways
+        the tensors pass through the run's codec, so what the trainer gets does not depend on whether
+        its call left the process. Raises StageError (NotKept included) or FrameError as a refusal."""
+        call = self._authorize(header)
+        worker = self.worker
+        assert worker is not None and isinstance(call, StageCall)  # checked by _authorize
+        inputs = through_codec(tensors, self.run.compression)
+        reply_kind, outputs, fields = await self._answer(worker, call, inputs)
+        reply = reply_kind(run_id=self.run.run_id, sender=self.peer_id, **fields)
+        return reply, through_codec(outputs, self.run.compression)
+
+    async def _answer(
+        self, worker: StageWorker, header: StageCall, tensors: dict[str, Tensor]
+    ) -> tuple[type[Reply], dict[str, Tensor], dict[str, Any]]:
+        """A stage call computed and counted: its reply kind, output tensors and reply fields."""
         reply_kind, outputs, loss, seconds = await self._serve(worker, header, tensors)
         if not header.check:
             self.samples_done += header.samples
@@ -234,7 +257,7 @@ class StageServer:
         fields: dict[str, Any] = {"compute_s": min(seconds, MAX_TIMEOUT_S)}
         if loss is not None:
             fields["loss"] = loss
-        return self._reply(frame, reply_kind, self._payload(outputs), **fields)
+        return reply_kind, outputs, fields
 
     async def _serve(
         self, worker: StageWorker, header: StageCall, tensors: dict[str, Tensor]

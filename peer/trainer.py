@@ -6,7 +6,9 @@ to that call is retried on another peer of the same stage. A backward goes first
 served the microbatch's forward there, carrying only the gradient: that peer kept the forward's graph
 (`peer/activation_store.py`). If it is gone or kept nothing, the full call (input and gradient) goes
 to any peer of the stage, which recomputes the forward. A share of the calls is also spot-checked on
-a second peer of the stage (`peer/spot_checker.py`).
+a second peer of the stage (`peer/spot_checker.py`). A call that the routing sends to this peer's own
+stage is served in process (`StageServer.serve_local`): no frame, signature or hash, and never
+spot-checked.
 
 How many microbatches are in flight follows the pipeline (`peer/concurrency.py`): the swarm's
 bottleneck rate times the unloaded round trip, shared among the trainers.
@@ -52,7 +54,7 @@ from .frame_headers import (
 from .frames import FrameError, FrameLimit, Payload, assemble_call, encode_payload, open_reply
 from .routing import StageRouter
 from .spot_checker import SpotChecker, WholeCall
-from .stage_worker import NOT_KEPT
+from .stage_worker import NOT_KEPT, NotKept, StageError
 from .transport import FramePool, TransportError, UnlistedAddress
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,7 @@ NO_PEER_PATIENCE_S = 30.0
 """How long a call waits for any peer of its stage to appear before the microbatch is given up."""
 
 R = TypeVar("R", bound=Reply)
+LocalServe = Callable[[StageCall, dict[str, Tensor]], Awaitable[tuple[Reply, dict[str, Tensor]]]]
 
 
 class CallFailed(RuntimeError):
@@ -112,6 +115,7 @@ class Trainer:
         call_timeout_s: float,
         max_frame_bytes: FrameLimit,
         concurrency: int | None = None,
+        serve_local: LocalServe | None = None,
     ) -> None:
         self.run = run
         self.peer_id = peer_id
@@ -124,6 +128,9 @@ class Trainer:
         self.report = report
         self.call_timeout_s = call_timeout_s
         self.max_frame_bytes = max_frame_bytes
+        self.serve_local = serve_local
+        """Serves a call to this peer's own stage in process (`StageServer.serve_local`); None: every
+        call goes through the data plane."""
         self.fixed_concurrency = concurrency
         """A fixed number of microbatches in flight (tests); None: chosen from the measured pipeline."""
         self.concurrency = concurrency or microbatches_in_flight(
@@ -365,20 +372,25 @@ class Trainer:
                 continue
             waited_since = None
             attempts += 1
-            frame, sent = assemble_call(header, payload, self.signer, receiver=peer)
+            local = peer == self.peer_id and self.serve_local is not None
+            frame = reply = b""
             started = time.monotonic()
             try:
-                reply = await self.pool.request(
-                    self.addresses[peer],
-                    frame,
-                    self.call_timeout_s,
-                    peer_id=peer,
-                    compute_s=router.compute_s(peer, grant.samples),
-                )
-                traffic[0] += len(frame) + len(reply)
-                answer, out = open_reply(
-                    reply, max_bytes=self.max_frame_bytes, verifier=self.verifier, call=sent
-                )
+                if local:
+                    answer, out = await self._local_call(header, tensors, keeper)
+                else:
+                    frame, sent = assemble_call(header, payload, self.signer, receiver=peer)
+                    reply = await self.pool.request(
+                        self.addresses[peer],
+                        frame,
+                        self.call_timeout_s,
+                        peer_id=peer,
+                        compute_s=router.compute_s(peer, grant.samples),
+                    )
+                    traffic[0] += len(frame) + len(reply)
+                    answer, out = open_reply(
+                        reply, max_bytes=self.max_frame_bytes, verifier=self.verifier, call=sent
+                    )
                 if isinstance(answer, ErrorReply):
                     if keeper is not None and answer.error.startswith(NOT_KEPT):
                         raise ForwardNotKept(answer.error)
@@ -403,7 +415,9 @@ class Trainer:
                 )
                 continue
             router.report_success(peer)
-            if checking:
+            # A trainer does not check its own peer: it has no reason to doubt it, and no signed
+            # frames of the call to show a referee.
+            if checking and not local:
                 self.checker.start(
                     header, payload, peer, frame, reply, answer, out, self._whole(header, whole, keeper)
                 )
@@ -418,6 +432,21 @@ class Trainer:
             self._served.setdefault(grant.microbatch_id, []).append(served)
             return answer, out, Kept(peer=peer, frame=frame)
         raise CallFailed(f"stage {stage} {kind} failed {attempts} times: " + "; ".join(errors[-3:]))
+
+    async def _local_call(
+        self, header: StageCall, tensors: dict[str, Tensor], keeper: Kept | None
+    ) -> tuple[Reply, dict[str, Tensor]]:
+        """A call to this peer's own stage server, in process; its refusals raise as a remote one's."""
+        assert self.serve_local is not None
+        try:
+            async with asyncio.timeout(self.call_timeout_s):
+                return await self.serve_local(header, tensors)
+        except NotKept as exc:
+            if keeper is not None:
+                raise ForwardNotKept(str(exc)) from None
+            raise CallFailed(str(exc)) from None
+        except (StageError, TimeoutError) as exc:
+            raise CallFailed(str(exc) or f"no answer within {self.call_timeout_s:g}s") from None
 
     def _whole(
         self, header: StageCall, whole: dict[str, Tensor] | None, keeper: Kept | None

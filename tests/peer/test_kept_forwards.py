@@ -17,7 +17,7 @@ from peer.frames import assemble_call, encode_payload, open_reply
 from peer.model import build_stage
 from peer.spot_checks import Evidence
 from peer.stage_server import StageServer
-from peer.stage_worker import NOT_KEPT, NotKept, StageWorker
+from peer.stage_worker import NOT_KEPT, NotKept, StageError, StageWorker
 from swarmhub.presets import get_preset
 from swarmhub.wire import ArbitrationVerdict, RunSpec
 from tests.peer.test_stage_server_checks import (
@@ -206,3 +206,39 @@ def test_the_referee_judges_a_cached_backward_from_the_forward_that_carried_its_
     finally:
         for s in (liar, honest, referee):
             s.close()
+
+
+def test_a_call_served_in_process_answers_what_the_same_call_over_frames_does() -> None:
+    """The trainer's calls to its own peer skip the frames, not the stage: the same outputs, the same
+    keeping and counting, and the same refusals (raised instead of framed)."""
+    local, remote = server(CHECKED, 1), server(CHECKER, 1)
+    tensors = inputs_for(1, "backward")
+    trainer = signer_for(TRAINER)
+    try:
+        with pytest.raises(NotKept):
+            asyncio.run(local.serve_local(header(BackwardCall, cached=True), {"grad": tensors["grad"]}))
+        reply, y = asyncio.run(local.serve_local(header(ForwardCall, keep=True), {"x": tensors["x"]}))
+        _, framed_reply, framed_y = exchange(
+            remote, header(ForwardCall, keep=True), {"x": tensors["x"]}, trainer
+        )
+        assert reply.kind == framed_reply.kind == "forward_reply" and reply.sender == CHECKED
+        assert torch.equal(y["y"], framed_y["y"])
+        reply, grads = asyncio.run(
+            local.serve_local(header(BackwardCall, cached=True), {"grad": tensors["grad"]})
+        )
+        _, _, framed_grads = exchange(
+            remote, header(BackwardCall, cached=True), {"grad": tensors["grad"]}, trainer
+        )
+        assert reply.kind == "backward_reply" and reply.compute_s > 0
+        assert torch.equal(grads["grad_x"], framed_grads["grad_x"])
+        assert local.samples_done == remote.samples_done == 2 * SAMPLES
+        assert local.kept.tally().hits == 1
+        assert local.worker is not None and remote.worker is not None
+        assert torch.equal(local.worker.flat_gradients(), remote.worker.flat_gradients())
+        assert local.worker.accumulated == remote.worker.accumulated == {"m1": SAMPLES}
+        wrong_stage = header(ForwardCall).model_copy(update={"stage": 2})
+        with pytest.raises(StageError, match="serves stage 1"):
+            asyncio.run(local.serve_local(wrong_stage, {"x": tensors["x"]}))
+    finally:
+        local.close()
+        remote.close()
