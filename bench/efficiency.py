@@ -8,14 +8,24 @@ pipelining` `Schedule1F1B` over gloo (2 ranks x 1 thread), and SwarmHub with 2 p
 --seq-len 256`), measured one after the other in this run.
 
 Emulated regime: every peer runs with `--slowdown k` (times a speed factor: 1, 2 or 4), which
-stretches each compute call by sleeping (k - 1) times its compute. A peer then occupies a core for
-1/k of its wall time, so with k = 10 (the default) 8 peers need 0.8 of a core for their compute,
-leaving the other of the machine's 2 cores to trainers, serialization and the coordinator: each
-peer computes at the rate it would have on a device of its own, 10x slower than one core. The ideal
-rate (bench.ideal) comes from those emulated rates: each stage's seconds per sample measured once
-in this process at slowdown 1 (forward and backward of the run's microbatch, one thread, median of
-several, no other load) times each peer's slowdown, and the best placement of whole peers on
-stages; its bottleneck stage's capacity is the ideal. Scenarios (8 peers): homogeneous; one peer 4x
+stretches each compute call by sleeping (k - 1) times the compute thread's CPU time for it. A peer
+then occupies a core for 1/k of its wall time, so with k = 10 (the default) 8 peers need 0.8 of a
+core for their compute, leaving the rest of the machine's 2 cores to trainers, serialization and the
+coordinator: each peer computes at the rate it would have on a device of its own, 10x slower than
+one core. The ideal rate (bench.ideal) comes from those emulated rates: each stage's seconds per
+sample as its peers measured their own calls in the swarm (one over their reported throughput, per
+unit of slowdown, the median over the stage's peers), and the best placement of whole peers on
+stages; its bottleneck stage's capacity is the ideal. Next to it, the calibrated ideal: the same
+from seconds per sample measured once in this process at slowdown 1 (forward and backward of the
+run's microbatch, one thread, median of several, no other load) times each peer's slowdown. It is
+stricter: peers computing side by side on 2 cores run each kernel ~10% slower than one alone, and
+their calls keep graphs and accumulate gradients, which a bare forward and backward do not.
+A step ends at a barrier, so every step pays the
+pipeline's fill and drain, for SwarmHub as for any synchronous pipeline: the emulated runs use
+SWARM's regime of many microbatches a step (preset `small`, 256 samples of 128 tokens in
+microbatches of 2; `swarm-ref` 128 samples of 64 tokens). A swarm is timed in the placement it
+settles on: from the second step after its last rebalancing move (at least the warm-up), the moves'
+cost showing in the run's wall time and in samples lost. Scenarios (8 peers): homogeneous; one peer 4x
 slower, rebalancing on and off; three speeds (3 x 1, 3 x 2, 2 x 4), on and off; the `swarm-ref`
 preset (a last stage several times heavier) with rebalancing. Peers start placed evenly by count
 (peer p on stage p mod S), so what rebalancing gains shows; the rate of that start placement is
@@ -28,8 +38,8 @@ Churn: a homogeneous emulated swarm where every `--churn-every` seconds a random
 SIGKILLed and a replacement (same options) started. It is compared with a fixed pipeline that must
 restart from its last checkpoint when any member dies, which is modelled, not run
 (`bench.ideal.fixed_pipeline_samples`), with figures that favour it: it trains at the ideal rate of
-the same peers placed evenly (no communication or bubble), checkpoints for free every
-`checkpoint_every_steps` steps (the coordinator's setting), dies at the same moments as the swarm's
+the same peers placed evenly (no communication or bubble), checkpoints for free after every step
+(so a death costs it at most the step in progress), dies at the same moments as the swarm's
 peers, and is back after the time the swarm's replacements took from process start to being
 assigned a stage (the median; before any checkpoint download, which the fixed pipeline gets free).
 
@@ -62,7 +72,6 @@ from bench.report import RESULTS_DIR, print_table, write_results
 from launch.local_swarm import LocalSwarm
 from peer.model import build_stage
 from swarmhub.presets import get_preset
-from swarmhub.settings import ServerSettings
 
 DEFAULT_SLOWDOWN = 10.0
 STEP_TIME_METRICS = ("time_compute_s", "time_waiting_s", "time_averaging_s", "time_coordinator_s")
@@ -139,6 +148,67 @@ def timed_rate(rows: list[dict[str, Any]], warmup: int) -> float:
     return samples / elapsed if elapsed > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class RateReading:
+    """A peer's reported throughput (samples/s, forward and backward) at a moment, and its stage."""
+
+    at: float
+    peer_index: int
+    stage: int
+    throughput: float
+
+
+def wait_reading_rates(
+    swarm: LocalSwarm, run_id: int, count: int, timeout_s: float
+) -> tuple[list[dict[str, Any]], list[RateReading]]:
+    """`count` committed steps, and the peers' reported rates read every couple of seconds meanwhile
+    (a reported rate is a moving average of the last few calls: one reading at the end would be
+    the run's last calls, not its timed steps)."""
+    readings: list[RateReading] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = time.time()
+        for peer in swarm.peer_rows(run_id):
+            if peer["stage"] is not None and peer["throughput"] > 0 and peer["left_at"] is None:
+                index = int(peer["name"].removeprefix("local-"))
+                readings.append(RateReading(now, index, peer["stage"], peer["throughput"]))
+        rows = swarm.steps(run_id)
+        if len(rows) >= count:
+            return rows, readings
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{len(rows)} of {count} steps after {timeout_s:.0f}s; logs in {swarm.workdir}"
+            )
+        if not any(p.alive() for p in swarm.peers):
+            raise RuntimeError(f"every peer exited after {len(rows)} steps; logs in {swarm.workdir}")
+        time.sleep(2.0)
+
+
+def served_stage_seconds(
+    readings: list[RateReading], window: tuple[float, float], slowdowns: list[float], num_stages: int
+) -> list[float]:
+    """Each stage's seconds per sample at slowdown 1 as its peers measured their own calls during the
+    timed `window` (a peer's throughput is one over its forward-plus-backward seconds per sample,
+    emulated slowness included): the median over the stage's readings of 1 / (throughput x
+    slowdown). Empty if a stage has no reading."""
+    per_stage: list[list[float]] = [[] for _ in range(num_stages)]
+    for r in readings:
+        if window[0] <= r.at <= window[1] and r.peer_index < len(slowdowns):
+            per_stage[r.stage].append(1.0 / (r.throughput * slowdowns[r.peer_index]))
+    if not all(per_stage):
+        return []
+    return [statistics.median(seconds) for seconds in per_stage]
+
+
+def settled_from(rows: list[dict[str, Any]], events: list[dict[str, Any]], warmup: int) -> int:
+    """Index of the first timed step: after the warm-up and after the step of the last rebalancing
+    move (a swarm is timed in the placement it settled on; the moves' cost is in `wall_s`). At least
+    two steps are left timed."""
+    move_steps = [e["data"]["step"] for e in events if e["kind"] == "rebalance" and "step" in e["data"]]
+    after_moves = max(move_steps, default=-1) + 2
+    return max(warmup, min(after_moves, len(rows) - 2))
+
+
 def step_time_split(swarm: LocalSwarm, run_id: int, timed_steps: set[int]) -> dict[str, float]:
     split = {}
     for name in STEP_TIME_METRICS:
@@ -196,6 +266,7 @@ def run_scenario(scenario: Scenario, timing: Timing) -> dict[str, Any]:
             swarm.start_peer(*_peer_options(scenario, index))
         kills: list[float] = []
         replacement_starts: list[float] = []
+        rate_readings: list[RateReading] = []
         window_start = 0.0
         if churn:
             swarm.wait_for_steps(run["id"], timing.warmup, timeout_s=600)
@@ -203,7 +274,7 @@ def run_scenario(scenario: Scenario, timing: Timing) -> dict[str, Any]:
             kills, replacement_starts = _churn(swarm, scenario, window_start + timing.churn_s)
             rows = swarm.steps(run["id"])
         else:
-            rows = swarm.wait_for_steps(run["id"], timing.steps, timeout_s=300 + 60 * timing.steps)
+            rows, rate_readings = wait_reading_rates(swarm, run["id"], timing.steps, 300 + 180 * timing.steps)
         events = swarm.events(run["id"])
         finished = next((i for i, e in enumerate(events) if e["kind"] == "run_finished"), len(events))
         if churn:
@@ -212,24 +283,33 @@ def run_scenario(scenario: Scenario, timing: Timing) -> dict[str, Any]:
             rate = sum(r["samples_sent"] - r["samples_lost"] for r in inside) / timing.churn_s
             timed = inside
         else:
-            rate = timed_rate(rows, timing.warmup)
-            timed = rows[timing.warmup :]
+            first_timed = settled_from(rows, events, timing.warmup)
+            rate = timed_rate(rows, first_timed)
+            timed = rows[first_timed:]
         split = step_time_split(swarm, run["id"], {r["step"] for r in timed})
+    window = (_commit_time(rows[rows.index(timed[0]) - 1]), _commit_time(timed[-1])) if not churn else None
+    served = served_stage_seconds(rate_readings, window, scenario.slowdowns, cfg.num_stages) if window else []
     during = events[:finished]
     moves = [e for e in during if e["kind"] == "rebalance"]
     move_steps = {e["data"]["step"] + d for e in moves if "step" in e["data"] for d in (0, 1)}
+    served_ideal = best_placement(served, scenario.slowdowns) if served else None
     result: dict[str, Any] = {
         "scenario": scenario.name,
         "samples_per_s": rate,
-        "ideal_samples_per_s": ideal.rate,
-        "fraction_of_ideal": rate / ideal.rate,
-        "ideal_placement": ideal.placement,
+        "ideal_samples_per_s": served_ideal.rate if served_ideal else None,
+        "fraction_of_ideal": rate / served_ideal.rate if served_ideal else None,
+        "ideal_placement": served_ideal.placement if served_ideal else None,
+        "served_stage_seconds_per_sample": served,
+        "calibrated_ideal_samples_per_s": ideal.rate,
+        "fraction_of_calibrated_ideal": rate / ideal.rate,
+        "calibrated_ideal_placement": ideal.placement,
         "start_placement_rate": placement_rate(stage_seconds, scenario.slowdowns, start),
         "stage_seconds_per_sample": stage_seconds,
         "moves": len(moves),
         "samples_lost_to_moves": sum(r["samples_lost"] for r in rows if r["step"] in move_steps),
         "samples_lost": sum(r["samples_lost"] for r in timed),
         "steps_timed": len(timed),
+        "first_timed_step": timed[0]["step"] if timed else None,
         "step_time_split_s": split,
         "failures": sum(1 for e in during if e["kind"] == "peer_lost"),
         "events": [f"{e['kind']}: {e['message']}" for e in events],
@@ -265,13 +345,12 @@ def _fixed_pipeline(
     ]
     restart_s = statistics.median(delays) if delays else timing.churn_s
     rate = placement_rate(stage_seconds, scenario.slowdowns, even_placement(n, cfg.num_stages))
-    every_steps = ServerSettings.model_fields["checkpoint_every_steps"].default
     samples = fixed_pipeline_samples(
         rate=rate,
         duration_s=timing.churn_s,
         deaths_s=[k - window_start for k in kills],
         restart_s=restart_s,
-        checkpoint_every_s=every_steps * cfg.batch_size / rate,
+        checkpoint_every_s=cfg.batch_size / rate,
     )
     return {
         "kills": len(kills),
@@ -279,7 +358,7 @@ def _fixed_pipeline(
         "fixed_pipeline_samples_per_s": samples / timing.churn_s,
         "fixed_pipeline_rate_without_deaths": rate,
         "fixed_pipeline_restart_s": restart_s,
-        "checkpoint_every_steps": every_steps,
+        "fixed_pipeline_checkpoint_every_steps": 1,
     }
 
 
@@ -387,29 +466,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--match", default="", help="run only the emulated scenarios whose name has this text"
     )
+    parser.add_argument("--batch", type=int, default=256, help="samples per step of the emulated runs")
+    parser.add_argument("--microbatch", type=int, default=2, help="microbatch size of the emulated runs")
+    parser.add_argument("--seq-len", type=int, default=128, help="tokens per sample of the emulated runs")
+    parser.add_argument("--emulated-steps", type=int, default=12)
+    parser.add_argument("--emulated-warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     shape = TrainConfig(preset="small", num_stages=2, batch_size=32, microbatch_size=4, seq_len=256)
-    # swarm-ref's head costs ~0.5 s per 256-token sample on one core: at seq 256 and slowdown 10 a
-    # step of 32 samples takes minutes and head calls outlast the call timeout. Seq 64 keeps its
-    # stage costs' shape (the head is per token, as the blocks mostly are) at a quarter of the time.
-    ref = replace(shape, preset="swarm-ref", num_stages=args.stages, seq_len=64)
+    # A step ends at a barrier, so each one pays the pipeline's fill and drain: with 8 peers on 4
+    # stages and 32 samples a step (8 microbatches) that is half of it, for any pipeline. Steps of
+    # many microbatches are SWARM's regime; seq 128 keeps a step of 256 samples near 16 s.
+    emulated_cfg = TrainConfig(
+        preset="small",
+        num_stages=args.stages,
+        batch_size=args.batch,
+        microbatch_size=args.microbatch,
+        seq_len=args.seq_len,
+    )
+    # swarm-ref's head costs ~0.5 s per 256-token sample on one core: at slowdown 10 its stage would
+    # make a step take minutes. Seq 64 keeps its stage costs' shape (the head is per token, as the
+    # blocks mostly are) at a quarter of the time, and half the batch keeps its steps near 30 s.
+    ref = replace(emulated_cfg, preset="swarm-ref", seq_len=64, batch_size=args.batch // 2)
     if args.smoke:
         args.slowdown, args.peers, args.stages, args.churn_every, args.churn_s = 2.0, 4, 2, 8.0, 20.0
-        args.steps, args.warmup, args.rounds = 3, 1, 1
+        args.steps, args.warmup, args.rounds, args.emulated_steps, args.emulated_warmup = 3, 1, 1, 3, 1
         shape = TrainConfig(preset="tiny", num_stages=2, batch_size=8, microbatch_size=4, seq_len=32)
+        emulated_cfg = shape
         ref = replace(shape, preset="swarm-ref")
     shape = replace(shape, max_steps=args.steps)
-    ref = replace(ref, max_steps=args.steps)
+    emulated_cfg = replace(emulated_cfg, max_steps=args.emulated_steps)
+    ref = replace(ref, max_steps=args.emulated_steps)
     timing = Timing(steps=args.steps, warmup=args.warmup, churn_s=args.churn_s)
+    emulated_timing = replace(
+        timing, steps=args.emulated_steps, warmup=args.emulated_warmup, stage_seconds=timing.stage_seconds
+    )
 
     rows = compute_bound(shape, timing, args.rounds) if args.only != "emulated" else []
-    emulated_cfg = replace(shape, num_stages=args.stages)
     scenarios = emulated_scenarios(emulated_cfg, ref, args.peers, args.slowdown, args.churn_every)
     chosen = [sc for sc in scenarios if args.match in sc.name] if args.only != "compute" else []
     for scenario in chosen:
         scenario.start = args.start
-        result = run_scenario(scenario, timing)
+        result = run_scenario(scenario, emulated_timing)
         result["system"] = f"SwarmHub: {scenario.name}"
         if "fixed_pipeline_samples_per_s" in result:
             fixed = result["fixed_pipeline_samples_per_s"]
@@ -436,7 +534,12 @@ def main(argv: list[str] | None = None) -> int:
     config = {k: v for k, v in vars(args).items() if k != "out"}
     path = write_results(
         "efficiency",
-        config={**config, "compute_bound": asdict(shape), "swarm_ref": asdict(ref)},
+        config={
+            **config,
+            "compute_bound": asdict(shape),
+            "emulated": asdict(emulated_cfg),
+            "swarm_ref": asdict(ref),
+        },
         rows=rows,
         plot=plot,
         out_dir=args.out,

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument(
         "--activation-cache-mb",
         type=float,
-        help="memory for forwards kept until their backward (default 512; 0: recompute every forward)",
+        help="memory for forwards kept until their backward (default 1024; 0: recompute every forward)",
     )
     join.add_argument("--upload-mbps", type=float, help="emulate an upload link of this many Mbit/s")
     join.add_argument(

@@ -131,6 +131,10 @@ class _StageReply(_Envelope):
     compute_s: float = Field(default=0.0, ge=0.0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
     """Seconds the serving peer computed this call (emulated slowness included, queueing not): with
     the caller's round trip it splits a call's time into compute and waiting."""
+    queued: Id = 0
+    """Calls waiting at the serving peer as it answered: current load for the caller's routing. A
+    swarm view's queue lengths are seconds old, and trainers acting on the same old figure all send
+    their calls to the same peer, which then has the queue while the one it had runs dry."""
 
 
 class ForwardReply(_StageReply):

@@ -42,8 +42,8 @@ class StageRouter:
     _slots: dict[int, _PeerSlot] = field(default_factory=dict)
 
     def update_peers(self, throughputs: dict[int, float], queues: dict[int, int] | None = None) -> None:
-        """Set the stage's live peers, their measured throughputs (samples/s) and, if known, how
-        many calls each has waiting (from its last heartbeat)."""
+        """Set the stage's live peers, their measured throughputs (samples/s) and, if given, how
+        many calls each has waiting (otherwise each keeps what `observe_queue` last said)."""
         for peer_id in list(self._slots):
             if peer_id not in throughputs:
                 del self._slots[peer_id]
@@ -60,7 +60,14 @@ class StageRouter:
                 )
             else:
                 slot.throughput = max(throughput, MIN_THROUGHPUT)
-            slot.queue_length = (queues or {}).get(peer_id, 0)
+            if queues is not None:
+                slot.queue_length = queues.get(peer_id, 0)
+
+    def observe_queue(self, peer_id: int, queued: int) -> None:
+        """Calls waiting at `peer_id`, as its latest reply said."""
+        slot = self._slots.get(peer_id)
+        if slot is not None:
+            slot.queue_length = queued
 
     def update_links(self, rates: dict[int, float]) -> None:
         """Link rates (bytes/s) this trainer measured; peers without one keep theirs."""

@@ -14,7 +14,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -25,6 +24,7 @@ from swarmhub.wire import ArbitrationVerdict, RunSpec
 
 from .activation_store import ActivationStore
 from .averaging import GradientInbox
+from .compute_queue import BOOKKEEPING_PRIORITY, CallKind, ComputeQueue, stage_call_priority
 from .faults import Fault
 from .frame_auth import AuthError, FrameSigner, SenderVerifier
 from .frame_headers import (
@@ -108,7 +108,7 @@ class StageServer:
         self.report: Callable[[ArbitrationVerdict], Awaitable[object]] | None = None
         """Sends a referee's verdict to the coordinator (set once the control channel exists)."""
         self._waiting = 0
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-compute")
+        self._queue = ComputeQueue("stage-compute")
 
     @property
     def queue_length(self) -> int:
@@ -116,11 +116,14 @@ class StageServer:
 
     async def compute(self, fn: Any) -> Any:
         """Run `fn` on the compute thread, one call at a time: bookkeeping beside the stage calls
-        (averaging sums, state exports, optimizer steps), never stretched by `--slowdown`."""
-        result, _ = await self.compute_timed(fn)
+        (averaging sums, state exports, optimizer steps), never stretched by `--slowdown`, and served
+        before them (`peer/compute_queue.py`)."""
+        result, _ = await self.compute_timed(fn, priority=BOOKKEEPING_PRIORITY)
         return result
 
-    async def compute_timed(self, fn: Any, *, kind: str | None = None, samples: int = 0) -> tuple[Any, float]:
+    async def compute_timed(
+        self, fn: Any, *, priority: int, kind: str | None = None, samples: int = 0
+    ) -> tuple[Any, float]:
         """`fn`'s result and the seconds it held the device (queueing excluded). With `kind` (a stage
         call), emulated slowness is included and the time feeds the throughput estimate and
         `compute_seconds`."""
@@ -128,8 +131,8 @@ class StageServer:
         try:
             # The one compute thread queues the calls: the next starts the moment one ends, without
             # waiting for the event loop to come round (which it would behind a lock held here).
-            result, seconds = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._hold_device, fn, kind is not None
+            result, seconds = await asyncio.wrap_future(
+                self._queue.submit(lambda: self._hold_device(fn, kind is not None), priority)
             )
         finally:
             self._waiting -= 1
@@ -142,11 +145,19 @@ class StageServer:
         """On the compute thread: `fn`, then for a stage call the emulated slowness, which keeps the
         device busy too. Only the model's compute is what an emulated device's speed decides: the
         bookkeeping around it (sums, hashes, state copies) runs at this machine's speed, as it would
-        beside a real device."""
+        beside a real device.
+
+        The stretch follows this thread's CPU time, not the wall clock (with one torch thread, the
+        default, every kernel runs on it): waiting for the GIL or for a core that another process
+        holds is the host's contention, not the device's speed, and stretched by the slowdown it
+        would make an emulated device slower the busier its host."""
         started = time.perf_counter()
+        cpu_started = time.thread_time()
         result = fn()
         if stage_call and self.slowdown > 1.0:
-            time.sleep((self.slowdown - 1.0) * (time.perf_counter() - started))
+            one_thread = torch.get_num_threads() == 1
+            spent = time.thread_time() - cpu_started if one_thread else time.perf_counter() - started
+            time.sleep((self.slowdown - 1.0) * spent)
         return result, time.perf_counter() - started
 
     def record_call(self, kind: str, samples: int, seconds: float) -> None:
@@ -254,7 +265,7 @@ class StageServer:
             self.samples_done += header.samples
         if self.fault is not None:
             outputs = self.fault.corrupt_outputs(outputs)
-        fields: dict[str, Any] = {"compute_s": min(seconds, MAX_TIMEOUT_S)}
+        fields: dict[str, Any] = {"compute_s": min(seconds, MAX_TIMEOUT_S), "queued": self._waiting}
         if loss is not None:
             fields["loss"] = loss
         return reply_kind, outputs, fields
@@ -269,6 +280,12 @@ class StageServer:
             raise FrameError(f"samples must be in 1..{self.run.microbatch_size}, got {samples}")
         received = time.monotonic()
 
+        def priority(kind: CallKind) -> int:
+            partial = samples < self.run.microbatch_size
+            return stage_call_priority(
+                kind, worker.stage, self.run.num_stages, partial=partial, check=header.check
+            )
+
         def accept() -> bool:
             if header.check:
                 return False
@@ -280,13 +297,17 @@ class StageServer:
                 lambda: worker.backward_kept(header.step, header.microbatch_id, samples, grad, accept()),
                 kind="backward",
                 samples=samples,
+                priority=priority("backward"),
             )
             return BackwardReply, {} if grad_x is None else {"grad_x": grad_x}, None, seconds
         x = self._stage_input(worker, tensors, samples)
         if isinstance(header, ForwardCall):
             keep = header.microbatch_id if header.keep and not header.check else None
             y, seconds = await self.compute_timed(
-                lambda: worker.forward(header.step, x, keep), kind="forward", samples=samples
+                lambda: worker.forward(header.step, x, keep),
+                kind="forward",
+                samples=samples,
+                priority=priority("forward"),
             )
             return ForwardReply, {"y": y}, None, seconds
         if isinstance(header, BackwardCall):
@@ -295,6 +316,7 @@ class StageServer:
                 lambda: worker.backward(header.step, header.microbatch_id, samples, x, grad, accept()),
                 kind="backward",
                 samples=samples,
+                priority=priority("backward"),
             )
             return BackwardReply, {} if grad_x is None else {"grad_x": grad_x}, None, seconds
         targets = self._tensor(tensors, "targets", (samples, self.run.seq_len), torch.int64)
@@ -303,6 +325,7 @@ class StageServer:
             lambda: worker.forward_backward(header.step, header.microbatch_id, samples, x, targets, accept()),
             kind="forward_backward",
             samples=samples,
+            priority=priority("forward_backward"),
         )
         return LossReply, {} if grad_x is None else {"grad_x": grad_x}, loss, seconds
 
@@ -389,4 +412,4 @@ class StageServer:
         return self._reply(answering, ErrorReply, error=message[:MAX_ERROR_CHARS])
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._queue.close()

@@ -10,8 +10,9 @@ a second peer of the stage (`peer/spot_checker.py`). A call that the routing sen
 stage is served in process (`StageServer.serve_local`): no frame, signature or hash, and never
 spot-checked.
 
-How many microbatches are in flight follows the pipeline (`peer/concurrency.py`): the swarm's
-bottleneck rate times the unloaded round trip, shared among the trainers.
+How many microbatches are in flight follows the pipeline (`peer/concurrency.py`): a multiple of the
+swarm's bottleneck rate times a microbatch's unloaded trip through the stages, shared among the
+trainers.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from swarmhub.wire import (
     WorkGrant,
 )
 
-from .concurrency import RoundTrips, microbatches_in_flight
+from .concurrency import chain_seconds, microbatches_in_flight
 from .data import SampleSource
 from .frame_auth import AuthError, FrameSigner, SenderVerifier
 from .frame_headers import (
@@ -139,10 +140,12 @@ class Trainer:
             microbatch_size=run.microbatch_size,
             trainers=1,
             num_stages=run.num_stages,
+            serving_peers=0,
         )
-        self.round_trips = RoundTrips()
         self._trainers = 1
         self._stage_rates: list[float] = []
+        self._chain_s: float | None = None
+        self._serving_peers = 0
         self.routers = [StageRouter() for _ in range(run.num_stages)]
         self.addresses: dict[int, str] = {}
         self.checker = SpotChecker(
@@ -170,12 +173,12 @@ class Trainer:
         self.addresses = addresses
         for stage, router in enumerate(self.routers):
             members = [p for p in peers if p.stage == stage]
-            router.update_peers(
-                {p.peer_id: p.throughput for p in members}, {p.peer_id: p.queue_length for p in members}
-            )
-        self._stage_rates = [
-            sum(p.throughput for p in peers if p.stage == stage) for stage in range(self.run.num_stages)
-        ]
+            # Queue lengths come from the peers' replies (`observe_queue`): the view's are seconds old.
+            router.update_peers({p.peer_id: p.throughput for p in members})
+        peer_rates = [[p.throughput for p in peers if p.stage == s] for s in range(self.run.num_stages)]
+        self._stage_rates = [sum(rates) for rates in peer_rates]
+        self._chain_s = chain_seconds(peer_rates, self.run.microbatch_size)
+        self._serving_peers = sum(len(rates) for rates in peer_rates)
         self._trainers = max(1, len(peers))
         self._retarget()
 
@@ -184,10 +187,11 @@ class Trainer:
             return
         self.concurrency = microbatches_in_flight(
             stage_rates=self._stage_rates,
-            round_trip_s=self.round_trips.unloaded(),
+            round_trip_s=self._chain_s,
             microbatch_size=self.run.microbatch_size,
             trainers=self._trainers,
             num_stages=self.run.num_stages,
+            serving_peers=self._serving_peers,
         )
 
     async def run_forever(self) -> None:
@@ -224,7 +228,6 @@ class Trainer:
     async def train_microbatch(self, grant: WorkGrant) -> None:
         retries_before = self.stats.retries
         traffic = [0]
-        started = time.monotonic()
         try:
             loss = await self._pipeline(grant, traffic)
             if not math.isfinite(loss) or not 0 <= loss <= MAX_LOSS:
@@ -239,8 +242,6 @@ class Trainer:
             return
         self.stats.microbatches_done += 1
         self.stats.samples_done += grant.samples
-        self.round_trips.add(time.monotonic() - started)
-        self._retarget()
         await self.report(
             MicrobatchDone(
                 step=grant.step,
@@ -415,6 +416,7 @@ class Trainer:
                 )
                 continue
             router.report_success(peer)
+            router.observe_queue(peer, getattr(answer, "queued", 0))
             # A trainer does not check its own peer: it has no reason to doubt it, and no signed
             # frames of the call to show a referee.
             if checking and not local:

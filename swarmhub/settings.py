@@ -113,9 +113,11 @@ class PeerSettings(BaseSettings):
     slowdown: float = Field(default=1.0, ge=1.0)
     """Stretch every stage call's compute by this factor, to emulate a slower device (the bookkeeping
     around it, averaging sums, hashes and state copies, runs at this machine's speed)."""
-    activation_cache_mb: float = Field(default=512.0, ge=0)
+    activation_cache_mb: float = Field(default=1024.0, ge=0)
     """Memory for forwards kept until their backward arrives (oldest evicted first): a backward
-    served from it needs neither the input again nor a recomputed forward. 0 turns keeping off."""
+    served from it needs neither the input again nor a recomputed forward. 0 turns keeping off.
+    A stage of the `small` preset keeps ~76 MB per microbatch of 4 x 256 tokens, and the trainers
+    keep several microbatches in flight per serving peer (`peer/concurrency.py`)."""
     upload_mbps: float | None = Field(default=None, gt=0)
     """Cap this peer's outgoing data-plane bandwidth, to emulate a slow link."""
     call_timeout_s: float = Field(default=60.0, gt=0)

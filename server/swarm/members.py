@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -11,9 +10,12 @@ from swarmhub.wire import CheckTally, PeerEndpoint
 
 OBSERVATIONS_KEPT = 64
 MIN_OBSERVATIONS = 4
-CLAIM_SLACK = 2.0
-"""A claim may exceed the trainers' median timing by this factor (their timings include the
-network and queueing); a claim far above what the peer serves is capped to it."""
+CLAIM_SLACK = 8.0
+"""A claim may exceed the trainers' timings by this factor; a claim far above what the peer serves
+is capped to it. A timing includes the network and the queue the call waited in, and trainers keep
+several calls queued at every peer (`peer/concurrency.py`), so the figure taken is the quickest
+tenth of the timings (`OBSERVED_QUANTILE`): the least queued, nearest the peer's own rate."""
+OBSERVED_QUANTILE = 0.9
 
 
 @dataclass(kw_only=True)
@@ -80,12 +82,15 @@ class Member:
     @property
     def effective_throughput(self) -> float:
         """What routing, state sources, checkpoint uploads and rebalancing go by: its own claim,
-        capped by what trainers saw it serve once several have timed it. The median of their
-        timings resists a lying trainer; the slack covers the network and queueing in a timing."""
+        capped by what trainers saw it serve once several have timed it. A high quantile of their
+        timings resists a lying trainer (talking a peer down takes most of the timings); the slack
+        covers the network and queueing in a timing."""
         trainers = {trainer for trainer, _ in self.observed}
         if len(self.observed) < MIN_OBSERVATIONS or len(trainers) < 2:
             return self.throughput
-        return min(self.throughput, CLAIM_SLACK * statistics.median(rate for _, rate in self.observed))
+        rates = sorted(rate for _, rate in self.observed)
+        served = rates[int(OBSERVED_QUANTILE * (len(rates) - 1))]
+        return min(self.throughput, CLAIM_SLACK * served)
 
     def endpoint(self) -> PeerEndpoint:
         return PeerEndpoint(

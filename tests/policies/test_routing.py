@@ -301,3 +301,17 @@ def counts_with_bytes(r: StageRouter, n: int, nbytes: int) -> dict[int, int]:
         assert p is not None
         out[p] += 1
     return out
+
+
+def test_a_queue_observed_in_a_reply_stands_until_the_next_reply_not_the_next_view() -> None:
+    router = StageRouter(rng=random.Random(0))
+    router.update_peers({1: 10.0, 2: 10.0})
+    router.observe_queue(1, 5)
+    # A view refresh (throughputs only) keeps what peer 1's reply said.
+    router.update_peers({1: 10.0, 2: 10.0})
+    picks = [router.choose(8, now=0.0) for _ in range(5)]
+    assert picks == [2, 2, 2, 2, 2]
+    router.observe_queue(1, 0)
+    router.observe_queue(7, 3)  # not a peer of this stage: ignored
+    later = [router.choose(8, now=0.0) for _ in range(40)]
+    assert abs(later.count(1) - later.count(2)) <= 6

@@ -10,6 +10,7 @@ from server.policies.step_book import StepBook
 from server.swarm import decisions as do
 from server.swarm import inputs as on
 from server.swarm.machine import RunMachine
+from server.swarm.members import CLAIM_SLACK
 from server.swarm.membership import STRIKE_LIMIT
 from server.swarm.step_cycle import JOIN_HOLD_S, RECORD_RETRY_S, MachineSettings, Phase
 from swarmhub.wire import (
@@ -716,10 +717,23 @@ def test_a_claim_far_above_what_trainers_saw_served_is_capped():
     assert liar.effective_throughput == 1e6  # nobody has timed it yet: its word stands
     for trainer in (1, 2) * 3:
         served_by(swarm, trainer, 3, seconds=1.0)  # 4 samples in 1 s
-    assert liar.effective_throughput == pytest.approx(2 * 4.0)
+    assert liar.effective_throughput == pytest.approx(CLAIM_SLACK * 4.0)
     # Routing weights, state sources and checkpoint uploads now go by that figure.
     view = sent(swarm.feed(on.Tick(now=swarm.now + 11)), 1, SwarmView)[-1]
-    assert next(p.throughput for p in view.peers if p.peer_id == 3) == pytest.approx(8.0)
+    assert next(p.throughput for p in view.peers if p.peer_id == 3) == pytest.approx(CLAIM_SLACK * 4.0)
+
+
+def test_an_honest_peer_whose_calls_wait_in_its_queue_keeps_its_claim():
+    """Trainers keep calls queued at every peer: most timings include several calls' wait. The
+    quickest of them is the peer's own pace, and its claim stands."""
+    swarm = new_swarm(target=1000)
+    for peer_id in (1, 2, 3):
+        swarm.join(peer_id, throughput=4.0)
+        swarm.ready(peer_id)
+    # 4 samples a call at 4 samples/s: 1 s computing, behind 0 to 6 queued calls.
+    for waited in (6, 5, 0, 6, 4, 1, 5, 6):
+        served_by(swarm, 2 if waited % 2 else 3, 1, seconds=1.0 + waited)
+    assert swarm.machine.members[1].effective_throughput == 4.0
 
 
 def test_one_trainer_alone_cannot_talk_a_peer_down():
