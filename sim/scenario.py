@@ -59,8 +59,14 @@ class Scenario:
     """Fixed pipeline: training time between checkpoints."""
     replacement_s: float = 60.0
     """Fixed pipeline: time to bring up a replacement for a dead member, before it loads the checkpoint."""
+    bundle: int = 1
+    """Granted microbatches a trainer drives through the pipeline together, as one call per stage.
+    1 simulates every call; more trades the granularity of queues for speed at thousands of peers
+    (the grants, completions and messages are still counted one by one)."""
     kinds: tuple[PeerKind, ...] = field(default=())
     """The initial peers' kinds, overriding draws from `mix` (tests and small validations)."""
+    non_trainers: tuple[int, ...] = ()
+    """Initial peers (by index) that serve a stage but drive no microbatches (`--trainer false`)."""
     deaths: tuple[tuple[float, int], ...] = ()
     """Deaths at fixed times, (seconds, initial peer index), on top of the lifetimes drawn."""
 
@@ -87,6 +93,11 @@ INTERNET = DeviceMix(
     links={"broadband": 0.6, "datacenter": 0.3, "slow": 0.1},
 )
 """Volunteers and spot instances: mostly T4s on home broadband, some data-centre GPUs, some CPUs."""
+SPOT = DeviceMix(
+    devices={"t4": 0.5, "v100": 0.3, "a100": 0.2},
+    links={"datacenter": 0.7, "broadband": 0.3},
+)
+"""Preemptible cloud GPUs, some reached over slower links."""
 HOMOGENEOUS = DeviceMix(devices={"t4": 1.0}, links={"datacenter": 1.0})
 
 
@@ -98,7 +109,7 @@ def _scenarios() -> dict[str, Scenario]:
         num_stages=4,
         seq_len=256,
         microbatch_size=8,
-        target_batch_size=512,
+        target_batch_size=4096,
         compression="none",
         peers=16,
         mix=HOMOGENEOUS,
@@ -122,11 +133,12 @@ def _scenarios() -> dict[str, Scenario]:
         num_stages=32,
         seq_len=512,
         microbatch_size=8,
-        target_batch_size=65_536,
+        target_batch_size=131_072,
         peers=10_000,
-        mix=INTERNET,
+        mix=SPOT,
         mean_lifetime_s=4 * 3600.0,
         averaging="butterfly",
+        bundle=16,
         duration_s=3 * 3600.0,
         join_spread_s=60.0,
         sample_every_s=300.0,

@@ -27,7 +27,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from peer.concurrency import RoundTrips, microbatches_in_flight
+from peer.concurrency import chain_seconds, microbatches_in_flight
 from peer.routing import StageRouter
 from peer.runtime import HEARTBEAT_INTERVAL_S
 from peer.trainer import MAX_ATTEMPTS_PER_CALL, NO_PEER_PATIENCE_S, NO_PEER_WAIT_S
@@ -39,7 +39,7 @@ from server.policies.step_book import Grant, StepBook
 from server.swarm.machine import SWARM_VIEW_REFRESH_S
 from server.swarm.membership import REBALANCE_INTERVAL_S, STATE_SOURCES
 from server.swarm.step_cycle import JOIN_HOLD_S
-from sim.devices import PeerKind
+from sim.devices import PeerKind, stage_rate
 from sim.events import EventQueue
 from sim.ideal import ideal_rate
 from sim.results import Move, RunReport, SeriesRow
@@ -64,16 +64,21 @@ COLLECTING, AVERAGING, RECORDING, APPLYING = "collecting", "averaging", "recordi
 
 
 class _Microbatch:
+    """What travels through the pipeline: one granted microbatch, or `Scenario.bundle` of them that
+    one trainer drives together (one call per stage for all of them)."""
+
     __slots__ = (
         "attempts",
         "backward",
         "deadline",
         "finish",
-        "grant",
+        "grants",
+        "ids",
         "kept",
+        "live",
         "peer",
+        "samples",
         "stage",
-        "started",
         "token",
         "trainer",
         "tried",
@@ -81,10 +86,12 @@ class _Microbatch:
         "whole",
     )
 
-    def __init__(self, grant: Grant, trainer: int, now: float, num_stages: int) -> None:
-        self.grant = grant
+    def __init__(self, grants: list[Grant], trainer: int, num_stages: int) -> None:
+        self.grants = grants
+        self.ids = [g.microbatch_id for g in grants]
+        self.samples = sum(g.samples for g in grants)
+        self.live = True
         self.trainer = trainer
-        self.started = now
         self.stage = 0
         self.backward = False
         self.whole = False
@@ -119,6 +126,8 @@ class _Peer:
     rate: RateEstimate = field(default_factory=RateEstimate)
     claim: float = 0.0
     linked: bool = False
+    trainer: bool = True
+    """Also drives microbatches (`--trainer`, on by default)."""
     slots: int = 0
     accumulated: list[str] | None = None
     calls: set[_Microbatch] | None = None
@@ -141,6 +150,8 @@ class SwarmSim:
         self.view: list[set[int]] = [set() for _ in range(self.S)]
         """Ready peers per stage: what the coordinator's SwarmView lists, and trainers route to."""
         self.placed_count = [0] * self.S
+        self.stage_claims = [0.0] * self.S
+        """Sum of the ready peers' claimed rates per stage, what `choose_stage` weighs."""
         self.loading: set[int] = set()
         self.waiting: set[int] = set()
         self.members = 0
@@ -160,8 +171,8 @@ class SwarmSim:
             microbatch_size=sc.microbatch_size,
             trainers=1,
             num_stages=self.S,
+            serving_peers=0,
         )
-        self.round_trips = RoundTrips()
         # What the report counts.
         self.samples_completed = 0
         self.samples_committed = 0
@@ -222,7 +233,9 @@ class SwarmSim:
     def _join(self, kind: PeerKind, initial_index: int) -> None:
         sc = self.sc
         p = len(self.peers)
-        peer = _Peer(kind=kind, member=True, accumulated=[], calls=set())
+        peer = _Peer(
+            kind=kind, member=True, accumulated=[], calls=set(), trainer=initial_index not in sc.non_trainers
+        )
         self.peers.append(peer)
         self.members += 1
         self.tally.received["Hello"] += 1
@@ -237,13 +250,13 @@ class SwarmSim:
         stage = self.tally.timed(
             "choose_stage",
             choose_stage,
-            [sum(self.peers[q].claim for q in self.view[s]) for s in range(self.S)],
+            self.stage_claims,
             self.placed_count,
             None,
         )
         peer.claim = self._benchmark_claim(peer)
         self._assign(p, stage)
-        peer.slots = self.concurrency
+        peer.slots = self._slots_wanted(self.concurrency) if peer.trainer else 0
         for _ in range(peer.slots):
             self._request_work(p)
 
@@ -270,7 +283,9 @@ class SwarmSim:
         self.loading.discard(p)
         self.waiting.discard(p)
         for grant in self.book.fail_trainer(p):
-            self.flight.pop(grant.microbatch_id, None)
+            mb = self.flight.pop(grant.microbatch_id, None)
+            if mb is not None:
+                mb.live = False
             self.microbatches_failed += 1
         if self.phase == AVERAGING:
             for stage, round_ in list(self.rounds.items()):
@@ -301,6 +316,7 @@ class SwarmSim:
         peer = self.peers[p]
         if peer.ready:
             peer.ready = False
+            self.stage_claims[peer.stage] -= peer.claim
             self.view[peer.stage].discard(p)
             self._refresh_router(peer.stage)
         peer.accumulated = []
@@ -361,6 +377,7 @@ class SwarmSim:
         peer.ready = True
         peer.claim = peer.kind.flops / self.model.flops[peer.stage] * self._noise()
         self.view[peer.stage].add(p)
+        self.stage_claims[peer.stage] += peer.claim
         self._refresh_router(peer.stage)
         self._send_view()
         self._pump()
@@ -370,9 +387,8 @@ class SwarmSim:
     def _refresh_router(self, stage: int) -> None:
         ready = self.view[stage]
         peers = self.peers
-        self.routers[stage].update_peers(
-            {q: peers[q].claim for q in ready}, {q: peers[q].queued for q in ready}
-        )
+        # Queue lengths come from the peers' replies (`observe_queue`), as the trainer takes them.
+        self.routers[stage].update_peers({q: peers[q].claim for q in ready})
         self.routers[stage].update_links({q: peers[q].kind.bandwidth for q in ready if peers[q].linked})
 
     def _send_view(self) -> None:
@@ -400,14 +416,21 @@ class SwarmSim:
             if not peer.member or not peer.alive:
                 self.idle.popleft()
                 continue
-            grant = self.tally.timed("grant", self.book.grant, trainer)
-            if grant is None:
+            grants = []
+            for _ in range(self.sc.bundle):
+                grant = self.tally.timed("grant", self.book.grant, trainer)
+                if grant is None:
+                    break
+                grants.append(grant)
+            if not grants:
                 return False
-            self.tally.sent["WorkGrant"] += 1
+            self.tally.sent["WorkGrant"] += len(grants)
+            self.tally.received["WorkRequest"] += len(grants) - 1
             self.idle.popleft()
-            self.granted += grant.samples
-            mb = _Microbatch(grant, trainer, self.now, self.S)
-            self.flight[grant.microbatch_id] = mb
+            mb = _Microbatch(grants, trainer, self.S)
+            self.granted += mb.samples
+            for microbatch_id in mb.ids:
+                self.flight[microbatch_id] = mb
             self._route(mb)
         return True
 
@@ -415,36 +438,41 @@ class SwarmSim:
         peer = self.peers[trainer]
         if not peer.alive or not peer.member:
             return
-        if peer.slots > self.concurrency:
+        if peer.slots > self._slots_wanted(self.concurrency):
             peer.slots -= 1
             return
         self._request_work(trainer)
 
     def _retarget(self) -> None:
         """`Trainer._retarget` for every trainer at once (they all see the same swarm view)."""
-        rates = [sum(self.peers[q].claim for q in v) for v in self.view]
+        peer_rates = [[self.peers[q].claim for q in v] for v in self.view]
         wanted = microbatches_in_flight(
-            stage_rates=rates,
-            round_trip_s=self.round_trips.unloaded(),
+            stage_rates=[sum(rates) for rates in peer_rates],
+            round_trip_s=chain_seconds(peer_rates, self.sc.microbatch_size),
             microbatch_size=self.sc.microbatch_size,
             trainers=max(1, self.members),
             num_stages=self.S,
+            serving_peers=sum(len(rates) for rates in peer_rates),
         )
-        if wanted > self.concurrency:
+        slots = self._slots_wanted(wanted)
+        if slots > self._slots_wanted(self.concurrency):
             for trainer, peer in enumerate(self.peers):
-                if peer.member and peer.alive:
-                    for _ in range(wanted - max(peer.slots, self.concurrency)):
-                        self.idle.append(trainer)
-                    peer.slots = max(peer.slots, wanted)
+                if peer.member and peer.alive and peer.trainer and peer.slots < slots:
+                    self.idle.extend([trainer] * (slots - peer.slots))
+                    peer.slots = slots
         self.concurrency = wanted
         self._pump()
+
+    def _slots_wanted(self, concurrency: int) -> int:
+        """Bundles a trainer keeps in flight for `concurrency` microbatches."""
+        return max(1, math.ceil(concurrency / self.sc.bundle))
 
     # ---- stage calls ----------------------------------------------------------------------------
 
     def _route(self, mb: _Microbatch, token: int | None = None) -> None:
         if token is not None and token != mb.token:
             return
-        if mb.grant.microbatch_id not in self.flight or not self.peers[mb.trainer].alive:
+        if not mb.live or not self.peers[mb.trainer].alive:
             return
         s, now = mb.stage, self.now
         keeper = mb.kept[s] if mb.backward and not mb.whole else -1
@@ -455,7 +483,7 @@ class SwarmSim:
             mb.whole = True
         router = self.routers[s]
         exclude = frozenset(mb.tried) if mb.tried and len(mb.tried) < len(router.peers()) else frozenset()
-        samples = mb.grant.samples
+        samples = mb.samples
         p = router.choose(samples, now, exclude, nbytes=int(2 * self.model.call_bytes[s] * samples))
         if p is None or p not in self.view[s]:
             mb.waited_since = mb.waited_since if mb.waited_since is not None else now
@@ -471,12 +499,14 @@ class SwarmSim:
     def _send(self, mb: _Microbatch, p: int) -> None:
         peer, model, s, now = self.peers[p], self.model, mb.stage, self.now
         kind = peer.kind
-        samples = mb.grant.samples
+        samples = mb.samples
         mb.attempts += 1
         mb.token += 1
         mb.peer = p
         mb.deadline = now + self.sc.call_timeout_s
         peer.calls.add(mb)
+        # Trainers measure a link from the frames they send over it, answered or not.
+        peer.linked = True
         if not peer.alive:
             mb.finish = math.inf
             self.events.at(mb.deadline, self._answered, mb, mb.token)
@@ -498,7 +528,7 @@ class SwarmSim:
         self.events.at(min(mb.finish + kind.latency_s, mb.deadline), self._answered, mb, mb.token)
 
     def _answered(self, mb: _Microbatch, token: int) -> None:
-        if token != mb.token or mb.grant.microbatch_id not in self.flight:
+        if token != mb.token or not mb.live:
             return
         if not self.peers[mb.trainer].alive:
             return  # the trainer died: nobody goes on with this microbatch
@@ -517,9 +547,10 @@ class SwarmSim:
             self.tally.received["PeerUnreachable"] += 1
             router.report_failure(p, now)
             self.retries += 1
-            keeper_call = mb.backward and not mb.whole
-            if keeper_call:
+            if mb.backward and not mb.whole:
+                # The kept backward is tried once; then the full call, with attempts of its own.
                 mb.whole = True
+                mb.attempts = 0
             else:
                 mb.tried.add(p)
                 if mb.attempts >= MAX_ATTEMPTS_PER_CALL:
@@ -528,8 +559,8 @@ class SwarmSim:
             self._route(mb)
             return
         router.report_success(p)
-        peer.served += mb.grant.samples
-        peer.linked = True
+        router.observe_queue(p, peer.queued)
+        peer.served += mb.samples
         s = mb.stage
         mb.attempts, mb.tried = 0, set()
         if not mb.backward:
@@ -538,10 +569,10 @@ class SwarmSim:
                 mb.stage = s + 1
                 self._route(mb)
                 return
-            peer.accumulated.append(mb.grant.microbatch_id)
+            peer.accumulated.extend(mb.ids)
             mb.backward = True
         else:
-            peer.accumulated.append(mb.grant.microbatch_id)
+            peer.accumulated.extend(mb.ids)
         mb.whole = False
         if mb.stage == 0:
             self._done(mb)
@@ -550,21 +581,23 @@ class SwarmSim:
         self._route(mb)
 
     def _done(self, mb: _Microbatch) -> None:
-        grant = mb.grant
-        del self.flight[grant.microbatch_id]
-        self.tally.received["MicrobatchDone"] += 1
-        if self.tally.timed("complete", self.book.complete, grant.microbatch_id, 0.0):
-            self.samples_completed += grant.samples
-            self._interval_samples += grant.samples
-        self.round_trips.add(self.now - mb.started)
+        mb.live = False
+        for grant in mb.grants:
+            del self.flight[grant.microbatch_id]
+            self.tally.received["MicrobatchDone"] += 1
+            if self.tally.timed("complete", self.book.complete, grant.microbatch_id, 0.0):
+                self.samples_completed += grant.samples
+                self._interval_samples += grant.samples
         self._slot_free(mb.trainer)
         self._maybe_barrier()
 
     def _fail(self, mb: _Microbatch) -> None:
-        self.flight.pop(mb.grant.microbatch_id, None)
-        self.tally.received["MicrobatchFailed"] += 1
-        self.book.fail(mb.grant.microbatch_id)
-        self.microbatches_failed += 1
+        mb.live = False
+        for microbatch_id in mb.ids:
+            self.flight.pop(microbatch_id, None)
+            self.tally.received["MicrobatchFailed"] += 1
+            self.book.fail(microbatch_id)
+            self.microbatches_failed += 1
         self._slot_free(mb.trainer)
         self._maybe_barrier()
 
@@ -653,6 +686,17 @@ class SwarmSim:
         self._maybe_rebalance()
         self._pump()
 
+    def placement_rate(self) -> float:
+        """Samples/s the ready peers' placement sustains now: its bottleneck stage, at true rates."""
+        model = self.model
+        return min(
+            sum(
+                stage_rate(self.peers[p].kind, model.flops[s], model.bytes_per_sample[s])
+                for p in self.view[s]
+            )
+            for s in range(self.S)
+        )
+
     # ---- rebalancing ----------------------------------------------------------------------------
 
     def _maybe_rebalance(self) -> None:
@@ -738,6 +782,7 @@ class SwarmSim:
                     peer.claim = peer.kind.flops / model.flops[s] * self._noise()
                     peer.rate = peer.rate.observe(peer.claim)
                     peer.read_served = peer.served
+            self.stage_claims[s] = sum(self.peers[p].claim for p in self.view[s])
 
     def _close_interval(self, now: float) -> None:
         length = now - self._interval_start
