@@ -21,7 +21,6 @@ The swarm's trainers share the total: each keeps its part.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Sequence
 
 QUEUE_PER_PEER = 5
@@ -30,8 +29,6 @@ MIN_IN_FLIGHT = 2
 MAX_IN_FLIGHT = 16
 """A trainer holds every in-flight microbatch's activations, and the stage peers keep their forwards
 within a bound; beyond this, memory costs more than the pipeline gains."""
-ROUND_TRIP_WINDOW = 32
-ROUND_TRIP_QUANTILE = 0.2
 
 
 def bottleneck_rate(stage_rates: Sequence[float]) -> float:
@@ -71,20 +68,3 @@ def microbatches_in_flight(
         knee = rate * round_trip_s / microbatch_size
         wanted = (knee + QUEUE_PER_PEER * max(serving_peers - 1, 0)) / max(trainers, 1)
     return max(MIN_IN_FLIGHT, min(MAX_IN_FLIGHT, math.ceil(wanted)))
-
-
-class RoundTrips:
-    """Recent microbatch round trips; `unloaded()` is their low quantile (None until measured)."""
-
-    def __init__(self, window: int = ROUND_TRIP_WINDOW) -> None:
-        self._times: deque[float] = deque(maxlen=window)
-
-    def add(self, seconds: float) -> None:
-        if seconds > 0 and math.isfinite(seconds):
-            self._times.append(seconds)
-
-    def unloaded(self) -> float | None:
-        if len(self._times) < 3:
-            return None
-        ordered = sorted(self._times)
-        return ordered[int(ROUND_TRIP_QUANTILE * (len(ordered) - 1))]
