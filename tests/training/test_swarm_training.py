@@ -125,10 +125,13 @@ def test_int8_loss_matches_uncompressed_and_wire_bytes_fall(
     assert len(plain_bytes) == len(int8_bytes) == STEPS
     assert all(b > 0 for b in plain_bytes + int8_bytes)
     # Per step: 4 microbatches, each moving 3 float activations/gradients [8, 64, 64] plus token ids.
-    assert min(plain_bytes) >= 4 * 3 * 8 * 64 * 64 * 4
-    # Without retries every step moves the same frames; with int8 the activations shrink ~4x, the
-    # token ids (int64) and headers do not. Observed: 2,153,633 vs 582,033 bytes a step (3.70x).
-    assert statistics.mean(plain_bytes) / statistics.mean(int8_bytes) >= 3.5, (
+    # A trainer's calls to its own peer's stage are served in process and cross no wire; its calls
+    # to the other stage always do, and carry 2 of the 3 tensors.
+    assert min(plain_bytes) >= 4 * 2 * 8 * 64 * 64 * 4
+    # With int8 the activations shrink ~4x, the token ids (int64) and headers do not. Which calls
+    # stay in process is drawn anew in each run, so the two runs' shares of wire calls differ by a few
+    # percent. Observed with every call on the wire: 2,153,633 vs 582,033 bytes a step (3.70x).
+    assert statistics.mean(plain_bytes) / statistics.mean(int8_bytes) >= 3.0, (
         statistics.mean(plain_bytes),
         statistics.mean(int8_bytes),
     )
