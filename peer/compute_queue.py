@@ -20,6 +20,7 @@ is queued.
 
 from __future__ import annotations
 
+import atexit
 import heapq
 import itertools
 import threading
@@ -30,6 +31,8 @@ from typing import Any, Literal
 BOOKKEEPING_PRIORITY = -(10**6)
 PARTIAL_PRIORITY = -(10**3)
 SPOT_CHECK_PRIORITY = 10**6
+CLOSE_WAIT_S = 60.0
+"""The longest a close waits for the call running (a stage call's timeout is of that order)."""
 
 CallKind = Literal["forward", "backward", "forward_backward"]
 
@@ -66,6 +69,9 @@ class ComputeQueue:
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
+        # A process that exits while this thread is inside a kernel aborts (SIGABRT) as the
+        # interpreter finalizes: at exit, the call running now is let finish first.
+        atexit.register(self.close)
 
     def submit(self, fn: Callable[[], Any], priority: int = 0) -> Future[Any]:
         future: Future[Any] = Future()
@@ -77,13 +83,17 @@ class ComputeQueue:
         return future
 
     def close(self) -> None:
-        """Stop after the function running now; whatever is still queued is cancelled."""
+        """Stop after the function running now, and wait for it; whatever is still queued is
+        cancelled."""
         with self._ready:
             self._closed = True
             pending, self._heap = self._heap, []
             self._ready.notify()
         for *_, future in pending:
             future.cancel()
+        atexit.unregister(self.close)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=CLOSE_WAIT_S)
 
     def _serve(self) -> None:
         while True:
