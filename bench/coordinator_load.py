@@ -46,7 +46,6 @@ from bench.report import RESULTS_DIR, print_table, write_results
 from tests.server.probe_responder import ProbeResponder
 
 DEFAULT_POSTGRES_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-HEARTBEAT_PERIOD_S = 1.0
 
 
 # ---- small helpers --------------------------------------------------------------------------
@@ -184,6 +183,8 @@ class SimPeer:
         self.received: dict[str, int] = {}
         self.bytes_received = 0
         self.heartbeats_sent = 0
+        self.heartbeat_interval_s = 1.0
+        """As the coordinator's Welcome asks, like a real peer."""
         self.lags: list[float] = []
         self.closed: str | None = None
         self._welcomed = asyncio.Event()
@@ -214,9 +215,12 @@ class SimPeer:
         try:
             async for raw in self.connection:
                 self.bytes_received += len(raw)
-                kind = json.loads(raw).get("type", "?")
+                message = json.loads(raw)
+                kind = message.get("type", "?")
                 self.received[kind] = self.received.get(kind, 0) + 1
-                if kind == "assignment":
+                if kind == "welcome":
+                    self.heartbeat_interval_s = message["heartbeat_interval_s"]
+                elif kind == "assignment":
                     self._welcomed.set()
                 elif kind in ("no_work", "work") and self._reply is not None and not self._reply.done():
                     self._reply.set_result(time.perf_counter())
@@ -226,8 +230,10 @@ class SimPeer:
             if self.closed is None:
                 self.closed = "reader ended"
 
-    def start_heartbeats(self, phase_s: float) -> None:
-        self._beater = asyncio.create_task(self._beat(phase_s))
+    def start_heartbeats(self) -> None:
+        """Beat at the interval the coordinator asked for, from a random phase within it (peers that
+        joined over minutes are spread over the interval)."""
+        self._beater = asyncio.create_task(self._beat(random.uniform(0, self.heartbeat_interval_s)))
 
     async def _beat(self, phase_s: float) -> None:
         from websockets.exceptions import ConnectionClosed
@@ -242,7 +248,7 @@ class SimPeer:
                 self.heartbeats_sent += 1
                 beat = Heartbeat(throughput=10.0, queue_length=0, samples_done=self.heartbeats_sent)
                 await self.connection.send(beat.model_dump_json())
-                due += HEARTBEAT_PERIOD_S
+                due += self.heartbeat_interval_s
 
     async def round_trip(self, timeout: float = 30.0) -> float:
         """Seconds from sending a WorkRequest to its NoWork/WorkGrant reply."""
@@ -306,7 +312,7 @@ async def _load_generator(
             except Exception as exc:
                 failures.append(f"{type(exc).__name__}: {exc}"[:200])
                 return
-        sim.start_heartbeats(random.uniform(0, HEARTBEAT_PERIOD_S))
+        sim.start_heartbeats()
 
     started = time.perf_counter()
     await asyncio.gather(*(open_one(s) for s in sims))
@@ -465,7 +471,9 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
 
     database = BenchDatabase(args.postgres_server) if args.database == "postgres" else None
     swarm = LocalSwarm(
-        database_url=database.url if database else None, heartbeat_timeout_s=args.heartbeat_timeout
+        database_url=database.url if database else None,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+        heartbeat_interval_s=args.heartbeat_interval,
     )
     context = mp.get_context("spawn")
     children: list[Any] = []
@@ -500,7 +508,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             probes = [SimPeer(ws_url, pid, cred) for pid, cred in probe_peers]
             for probe in probes:
                 await probe.connect()
-                probe.start_heartbeats(random.uniform(0, HEARTBEAT_PERIOD_S))
+                probe.start_heartbeats()
             await asyncio.sleep(args.settle)
             # The same probes without API traffic: what the round-trip is when no HTTP request
             # competes for the coordinator's interpreter.
@@ -677,6 +685,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--connect-concurrency", type=int, default=16)
     parser.add_argument("--connect-timeout", type=float, default=900.0)
     parser.add_argument("--heartbeat-timeout", type=float, default=3600.0)
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=1.0,
+        help="the coordinator's SWARMHUB_HEARTBEAT_INTERVAL_S; peers beat as its Welcome says",
+    )
     parser.add_argument("--database", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument(
         "--postgres-server",
@@ -759,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     config.update(
         started=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-        heartbeat_period_s=HEARTBEAT_PERIOD_S,
+        heartbeat_interval_s=args.heartbeat_interval,
         loaded_over_idle_p50=ratios,
         coordinator_alive=result["coordinator_alive"],
         coordinator_errors=result["coordinator_errors"],

@@ -46,8 +46,8 @@ assigned a stage (the median; before any checkpoint download, which the fixed pi
 Rates: samples of the steps after the warm-up over the time between their commits (created_at of
 the last warm-up step to that of the last step). Moves are `rebalance` events; samples lost to moves
 are the samples_lost of each move's step and the next. The step-time split is the mean of the
-per-step metrics time_compute_s, time_waiting_s, time_averaging_s and time_coordinator_s over the
-timed steps, where the coordinator records them.
+per-step metrics time_compute_s, time_network_s, time_waiting_s, time_averaging_s and
+time_coordinator_s over the timed steps, where the coordinator records them.
 
     .venv/bin/python -m bench.efficiency [--slowdown 10] [--steps 30] [--churn-s 300] [--smoke] [--out DIR]
 """
@@ -74,7 +74,13 @@ from peer.model import build_stage
 from swarmhub.presets import get_preset
 
 DEFAULT_SLOWDOWN = 10.0
-STEP_TIME_METRICS = ("time_compute_s", "time_waiting_s", "time_averaging_s", "time_coordinator_s")
+STEP_TIME_METRICS = (
+    "time_compute_s",
+    "time_network_s",
+    "time_waiting_s",
+    "time_averaging_s",
+    "time_coordinator_s",
+)
 CALIBRATION_REPEATS = 7
 
 
@@ -90,6 +96,10 @@ class Scenario:
     churn_every_s: float | None = None
     """Kill a random live peer this often and start a replacement (runs `churn_s`, not `steps`)."""
     seed: int = 0
+    upload_mbps: dict[int, float] = field(default_factory=dict)
+    """Peers (by index) whose upload is paced to this many Mbit/s (`--upload-mbps`)."""
+    servers_only: frozenset[int] = frozenset()
+    """Peers (by index) that serve their stage and drive no microbatches (`--no-trainer`)."""
 
 
 @dataclass
@@ -224,6 +234,10 @@ def _peer_options(scenario: Scenario, index: int) -> list[str]:
         options += ["--slowdown", f"{scenario.slowdowns[index]:g}"]
     if scenario.start == "even":
         options += ["--stage", str(index % scenario.cfg.num_stages)]
+    if index in scenario.upload_mbps:
+        options += ["--upload-mbps", f"{scenario.upload_mbps[index]:g}"]
+    if index in scenario.servers_only:
+        options.append("--no-trainer")
     return options
 
 

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     if args.smoke:
-        args.peers, args.steps_before, args.steps_after, args.heartbeat_timeout = 4, 3, 4, 2.0
+        args.peers, args.steps_before, args.steps_after, args.heartbeat_timeout = 4, 3, 4, 3.0
     rows = [
         run_mode(
             mode,

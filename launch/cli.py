@@ -1,4 +1,5 @@
-"""`swarmhub`: run the coordinator, create the first admin, add a dataset, or run the demo."""
+"""`swarmhub`: run the coordinator, create the first admin, add a dataset, export or sample a checkpoint,
+or run the demo."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from launch import model_out
 from swarmhub.settings import ServerSettings
 
 
@@ -173,6 +175,8 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("--database-url", help="SQLAlchemy URL (SWARMHUB_DATABASE_URL)")
     add.add_argument("--dataset-dir", help="the coordinator's dataset store (SWARMHUB_DATASET_DIR)")
     add.set_defaults(handler=_dataset_add)
+
+    model_out.add_parsers(commands)
 
     commands.add_parser("demo", help="start a coordinator and local peers (`swarmhub demo --help`)")
     return parser

@@ -24,16 +24,18 @@ FRONTEND_DIST = Path(__file__).resolve().parents[1] / "frontend" / "dist"
 OPEN_UP = "swarmhub demo --keep-serving --host 0.0.0.0 --public-url http://<this machine's address>:8000"
 
 
-def join_lines(host: str, public_url: str, join_command: str) -> list[str]:
-    """What the demo says about joining from elsewhere: the run page's join command, and whether
-    another machine can use it (not while the coordinator listens on loopback only)."""
+def join_lines(host: str, public_url: str, join_command: str, install_command: str = "") -> list[str]:
+    """What the demo says about joining from elsewhere: the run page's join command (and the line that
+    installs the peer on a fresh machine), and whether another machine can use it (not while the
+    coordinator listens on loopback only)."""
     if not public_url and (host == "localhost" or host == "::1" or host.startswith("127.")):
         return [
             f"join another peer on this machine: {join_command}",
             f"the demo listens on loopback ({host}) only, so other machines cannot join; "
             f"to open it up: {OPEN_UP}",
         ]
-    lines = [f"join from another machine: {join_command}"]
+    lines = [f"install the peer on another machine: {install_command}"] if install_command else []
+    lines.append(f"join from another machine: {join_command}")
     if not public_url and host in ("0.0.0.0", "::"):
         lines.append(f"(it names this machine's host name; if others cannot resolve it: {OPEN_UP})")
     return lines
@@ -120,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"dashboard: {swarm.url}  (sign in as {ADMIN_USERNAME!r} / {swarm.admin_password!r})",
                 flush=True,
             )
-            for line in join_lines(args.host, args.public_url, swarm.join_command):
+            package = swarm.client.get("/api/peer-package").json()
+            install = package["install_command"] if package["available"] else ""
+            for line in join_lines(args.host, args.public_url, swarm.join_command, install):
                 print(line, flush=True)
             print("training; Ctrl-C stops the peers and the coordinator", flush=True)
             while True:

@@ -69,6 +69,8 @@ class LocalSwarm:
     tls_key: Path | None = None
     database_url: str | None = None
     heartbeat_timeout_s: float = 5.0
+    heartbeat_interval_s: float | None = None
+    """The coordinator's heartbeat interval (None: its default)."""
     frontend_dir: Path | None = None
     admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
     coordinator: subprocess.Popen[bytes] | None = None
@@ -103,8 +105,11 @@ class LocalSwarm:
         env = dict(os.environ)
         env["SWARMHUB_DATABASE_URL"] = self.database_url or f"sqlite:///{self.workdir / 'swarmhub.sqlite'}"
         env["SWARMHUB_HEARTBEAT_TIMEOUT_S"] = str(self.heartbeat_timeout_s)
+        if self.heartbeat_interval_s is not None:
+            env["SWARMHUB_HEARTBEAT_INTERVAL_S"] = str(self.heartbeat_interval_s)
         env["SWARMHUB_CHECKPOINT_DIR"] = str(self.workdir / "checkpoints")
         env["SWARMHUB_DATASET_DIR"] = str(self.workdir / "datasets")
+        env["SWARMHUB_PEER_PACKAGE_DIR"] = str(self.workdir / "peer-package")
         # Local peers share one cache: shards are content-addressed and written atomically.
         env.setdefault("SWARMHUB_PEER_DATA_DIR", str(self.workdir / "peer-data"))
         if self.frontend_dir is not None:

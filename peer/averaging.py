@@ -157,7 +157,11 @@ class Averager:
         payload, mine = await server.compute(
             lambda: contribution(header, own_gradients(), peer.run.compression)
         )
-        timeout = transfer_timeout_s(sum(m.nbytes for m in payload.metas) * len(barrier.group))
+        # The coordinator gives a round with a slow member longer than a peer assumes on its own.
+        timeout = max(
+            transfer_timeout_s(sum(m.nbytes for m in payload.metas) * len(barrier.group)),
+            barrier.push_timeout_s or 0.0,
+        )
 
         async def push(peer_id: int, address: str) -> None:
             frame, sent = assemble_call(header, payload, peer.signer, receiver=peer_id)

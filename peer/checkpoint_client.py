@@ -14,6 +14,7 @@ import anyio
 import httpx
 from torch import Tensor
 
+from peer.console import Console
 from peer.model import state_from_bytes, state_to_bytes
 
 SHA256_HEADER = "X-Checkpoint-SHA256"
@@ -46,19 +47,21 @@ def _raise_for(action: str, response: httpx.Response) -> None:
     raise CheckpointError(action, response.status_code, detail)
 
 
-def verify_sha256(action: str, response: httpx.Response) -> None:
+def verify_sha256(action: str, response: httpx.Response, body: bytes | None = None) -> None:
     """Raise unless the body's SHA-256 is the one the coordinator recorded for the file (its
-    X-Checkpoint-SHA256 header): a file damaged on disk or cut short in transit is never loaded."""
+    X-Checkpoint-SHA256 header): a file damaged on disk or cut short in transit is never loaded.
+    `body`: the response's body where it was streamed rather than read."""
     expected = response.headers.get(SHA256_HEADER, "").lower()
     if not expected:
         raise CheckpointError(action, response.status_code, f"the response has no {SHA256_HEADER} header")
-    actual = hashlib.sha256(response.content).hexdigest()
+    content = response.content if body is None else body
+    actual = hashlib.sha256(content).hexdigest()
     if not hmac.compare_digest(actual, expected):
         raise CheckpointError(
             action,
             response.status_code,
             f"the file's SHA-256 is {actual}, not the {expected} the coordinator recorded"
-            f" ({len(response.content)} bytes received): damaged or cut short, not loaded",
+            f" ({len(content)} bytes received): damaged or cut short, not loaded",
         )
 
 
@@ -96,16 +99,29 @@ async def download_stage_checkpoint(
     stage: int,
     peer_id: int,
     credential: str,
+    console: Console | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """Stage `stage`'s tensors and metadata as checkpointed at `step`."""
-    response = await client.get(
-        f"{_base(base_url, run_id)}/{step}/stages/{stage}", headers=_headers(peer_id, credential)
-    )
+    """Stage `stage`'s tensors and metadata as checkpointed at `step`; with a `console`, a progress
+    bar of the download (a big stage takes a while on a home link)."""
     action = f"downloading stage {stage} of step {step} (run {run_id})"
-    _raise_for(action, response)
-    await anyio.to_thread.run_sync(verify_sha256, action, response)
+    url = f"{_base(base_url, run_id)}/{step}/stages/{stage}"
+    async with client.stream("GET", url, headers=_headers(peer_id, credential)) as response:
+        if not response.is_success:
+            await response.aread()
+            _raise_for(action, response)
+        length = response.headers.get("content-length")
+        bar = console.download(action, int(length) if length else None) if console is not None else None
+        chunks = []
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+            if bar is not None:
+                bar.advance(len(chunk))
+        if bar is not None:
+            bar.finish()
+    body = b"".join(chunks)
+    await anyio.to_thread.run_sync(verify_sha256, action, response, body)
     try:
-        return await anyio.to_thread.run_sync(state_from_bytes, response.content)
+        return await anyio.to_thread.run_sync(state_from_bytes, body)
     except ValueError as e:
         raise CheckpointError(
             f"downloading stage {stage} of step {step} (run {run_id})", response.status_code, str(e)

@@ -6,18 +6,19 @@ import argparse
 import asyncio
 import logging
 import signal
+import socket
 import sys
+from importlib import metadata
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from swarmhub.settings import PeerSettings
 
-from .control import Rejected
-from .dataset_cache import DatasetError
-from .faults import Fault
-from .fits import RunDoesNotFit
-from .registration import RegistrationRefused
-from .runtime import PeerRuntime
+from .console import Console
+
+if TYPE_CHECKING:
+    from .runtime import PeerRuntime
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,20 +117,38 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"swarmhub-peer: invalid option: {exc}", file=sys.stderr)
         return 2
+    if settings.stage != "auto" and not settings.stage.isdigit():
+        print(f"swarmhub-peer: --stage must be 'auto' or a number, got {settings.stage!r}", file=sys.stderr)
+        return 2
+    console = Console(args.name or socket.gethostname())
+    # Importing torch takes seconds on a cold machine: say what is happening before it starts.
+    console.say(f"swarmhub-peer {_version()} joining {args.url} on {settings.device}; loading torch…")
+    from .faults import Fault
+    from .runtime import PeerRuntime
+
     if settings.fault:
         try:
             Fault.parse(settings.fault)
         except ValueError as exc:
             print(f"swarmhub-peer: {exc}", file=sys.stderr)
             return 2
-    if settings.stage != "auto" and not settings.stage.isdigit():
-        print(f"swarmhub-peer: --stage must be 'auto' or a number, got {settings.stage!r}", file=sys.stderr)
-        return 2
-    runtime = PeerRuntime(args.url, args.token, settings, name=args.name)
+    runtime = PeerRuntime(args.url, args.token, settings, name=console.name, console=console)
     return asyncio.run(_run(runtime))
 
 
+def _version() -> str:
+    try:
+        return metadata.version("swarmhub")
+    except metadata.PackageNotFoundError:
+        return "(source tree)"
+
+
 async def _run(runtime: PeerRuntime) -> int:
+    from .control import Rejected
+    from .dataset_cache import DatasetError
+    from .fits import RunDoesNotFit
+    from .registration import RegistrationRefused
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, runtime.stop, f"signal {signal.Signals(sig).name}")
@@ -138,7 +157,7 @@ async def _run(runtime: PeerRuntime) -> int:
     except (Rejected, RegistrationRefused, DatasetError, RunDoesNotFit) as exc:
         print(f"swarmhub-peer: {exc}", file=sys.stderr)
         return 1
-    print(f"swarmhub-peer: stopped ({reason})", flush=True)
+    runtime.console.say(f"stopped ({reason})")
     return 0 if reason.startswith(("signal", "run ")) else 1
 
 

@@ -52,6 +52,8 @@ class ControlChannel:
         self._on_disconnect = on_disconnect
         self._connection: ClientConnection | None = None
         self._connected = asyncio.Event()
+        self._closing = False
+        """This peer is leaving (stopped, kicked, run over): a closed channel is not lost, nor reopened."""
 
     async def run(self, on_message: Callable[[CoordinatorToPeerMessage], Awaitable[None]]) -> None:
         """Until cancelled or rejected: connect, serve, reconnect after a drop."""
@@ -89,14 +91,20 @@ class ControlChannel:
                 # A refusal arrives as an error close: the iteration above raises it.
                 if exc.rcvd is not None:
                     _raise_if_final(exc.rcvd.code, exc.rcvd.reason)
+                if self._closing:
+                    return
                 log.warning("control channel lost (%s); reconnecting in %.1fs", exc, delay)
             except (OSError, TimeoutError, InvalidHandshake) as exc:
+                if self._closing:
+                    return
                 log.warning("control channel lost (%s); reconnecting in %.1fs", exc, delay)
             finally:
                 if self._connection is not None:
                     self._connection = None
                     self._connected.clear()
                     self._on_disconnect()
+            if self._closing:
+                return
             await asyncio.sleep(delay)
             delay = next(delays)
 
@@ -115,6 +123,7 @@ class ControlChannel:
         await self._connected.wait()
 
     async def close(self) -> None:
+        self._closing = True
         if self._connection is not None:
             await self._connection.close()
 

@@ -19,6 +19,9 @@ import httpx
 
 from swarmhub.datasets import DatasetManifest, is_content_id, sha256_hex
 
+from .console import Console, Download
+from .progress import format_size
+
 
 class DatasetError(RuntimeError):
     """The dataset could not be fetched, or what was served is not what the manifest names."""
@@ -75,8 +78,10 @@ async def load_dataset(
     peer_id: int,
     credential: str,
     data_dir: Path,
+    console: Console | None = None,
 ) -> bytes:
-    """The dataset's bytes: cached shards that check out, the others downloaded, checked and cached."""
+    """The dataset's bytes: cached shards that check out, the others downloaded, checked and cached;
+    `console` shows what is downloaded, with a bar."""
     headers = {"X-Peer-Id": str(peer_id), "X-Peer-Credential": credential}
     url = f"{base_url.rstrip('/')}/api/datasets/{dataset}"
     response = await client.get(url, headers=headers)
@@ -90,18 +95,47 @@ async def load_dataset(
     except ValueError as exc:
         raise DatasetError(f"dataset {dataset}: malformed manifest: {exc}") from None
     cache = DatasetCache(data_dir)
-    parts: list[bytes] = []
+    parts: dict[str, bytes] = {}
     for shard in manifest.shards:
         data = await anyio.to_thread.run_sync(cache.read_verified, shard.sha256, shard.bytes)
-        if data is None:
-            shard_response = await client.get(f"{url}/shards/{shard.sha256}", headers=headers)
-            if not shard_response.is_success:
-                raise DatasetError(
-                    f"shard {shard.sha256}: HTTP {shard_response.status_code}: {_detail(shard_response)}"
-                )
-            data = shard_response.content
-            if len(data) != shard.bytes or sha256_hex(data) != shard.sha256:
-                raise DatasetError(f"shard {shard.sha256} as served does not match its hash; refused")
-            await anyio.to_thread.run_sync(cache.store, shard.sha256, data)
-        parts.append(data)
-    return b"".join(parts)
+        if data is not None:
+            parts[shard.sha256] = data
+    missing = [shard for shard in manifest.shards if shard.sha256 not in parts]
+    total = sum(shard.bytes for shard in manifest.shards)
+    if console is not None:
+        cached = f", {len(parts)} cached" if parts else ""
+        console.say(f"dataset {dataset}: {len(manifest.shards)} shards{cached}, {format_size(total)}")
+    bar = None
+    if console is not None and missing:
+        bar = console.download(f"downloading dataset {dataset}", sum(shard.bytes for shard in missing))
+    for shard in missing:
+        data = await _download_shard(client, f"{url}/shards/{shard.sha256}", headers, shard.bytes, bar)
+        if len(data) != shard.bytes or sha256_hex(data) != shard.sha256:
+            raise DatasetError(f"shard {shard.sha256} as served does not match its hash; refused")
+        await anyio.to_thread.run_sync(cache.store, shard.sha256, data)
+        parts[shard.sha256] = data
+    if bar is not None:
+        bar.finish()
+    return b"".join(parts[shard.sha256] for shard in manifest.shards)
+
+
+async def _download_shard(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], size: int, bar: Download | None
+) -> bytes:
+    """A shard's bytes, read no further than its manifest size plus one (which then fails its check)."""
+    chunks: list[bytes] = []
+    received = 0
+    async with client.stream("GET", url, headers=headers) as response:
+        if not response.is_success:
+            await response.aread()
+            raise DatasetError(
+                f"shard {url.rsplit('/', 1)[-1]}: HTTP {response.status_code}: {_detail(response)}"
+            )
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+            received += len(chunk)
+            if bar is not None:
+                bar.advance(len(chunk))
+            if received > size:
+                break
+    return b"".join(chunks)

@@ -129,8 +129,11 @@ class ArbitrateCall(_Envelope):
 
 class _StageReply(_Envelope):
     compute_s: float = Field(default=0.0, ge=0.0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
-    """Seconds the serving peer computed this call (emulated slowness included, queueing not): with
-    the caller's round trip it splits a call's time into compute and waiting."""
+    """Seconds the serving peer computed this call (emulated slowness included, queueing not)."""
+    server_s: float = Field(default=0.0, ge=0.0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+    """Seconds the call spent inside the serving peer, from its frame fully received to its reply
+    ready (queueing, decoding and encoding included): the caller's round trip less this is the
+    network's. 0 from a peer that does not say."""
     queued: Id = 0
     """Calls waiting at the serving peer as it answered: current load for the caller's routing. A
     swarm view's queue lengths are seconds old, and trainers acting on the same old figure all send

@@ -5,7 +5,7 @@ header and payload (64 bytes, a reply's bound to the call it answers: `peer/fram
 unsigned frames), header JSON (utf-8; one of the
 kinds in `peer/frame_headers.py`), then each tensor's bytes back to back in header order. The header
 declares every tensor's byte count, so a reader knows the whole frame's size after reading the
-header (`read_prefix`, `parse_header`, `payload_bytes`) and the payload is never parsed as text.
+header (`declared_size`) and the payload is never parsed as text.
 Everything here treats a frame as hostile: any inconsistency raises `FrameError` with a message
 saying what was wrong.
 """
@@ -181,6 +181,18 @@ def parse_header(header_bytes: Buffer, *, max_bytes: FrameLimit) -> FrameHeader:
     if total > limit:
         raise FrameError(f"{header.kind} frame of {total} bytes is over the {limit}-byte limit")
     return header
+
+
+def declared_size(head: Buffer, *, max_bytes: FrameLimit) -> int | None:
+    """The whole frame's size as its prefix and header declare it, once `head` (the frame's first bytes
+    so far) holds them; None while they have not all arrived. Raises FrameError as `parse_header` does."""
+    if len(head) < PREFIX_SIZE:
+        return None
+    header_end = PREFIX_SIZE + read_prefix(head)
+    if len(head) < header_end:
+        return None
+    header = parse_header(memoryview(head)[PREFIX_SIZE:header_end], max_bytes=max_bytes)
+    return header_end + header.payload_bytes
 
 
 def _check_meta(meta: TensorMeta) -> None:

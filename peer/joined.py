@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import socket
-import sys
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -21,15 +21,28 @@ from swarmhub.probe import answer as answer_probe
 from swarmhub.probe import credential_digest
 from swarmhub.resources import FrameLimits, frame_limits
 from swarmhub.settings import PeerSettings
+from swarmhub.stage_cost import stage_rate_from_block
 from swarmhub.tls import DataPlaneCertificate, coordinator_context
-from swarmhub.wire import DataPlaneTicket, Hello, NoWork, PeerRegistered, RunSpec, WorkGrant, WorkRequest
+from swarmhub.wire import (
+    DataPlaneTicket,
+    Heartbeat,
+    Hello,
+    NoWork,
+    PeerEndpoint,
+    PeerRegistered,
+    RunSpec,
+    WorkGrant,
+    WorkRequest,
+)
 
 from .benchmark import measure_block_throughput
+from .console import Console
 from .control import ControlChannel, control_url
 from .data import SampleSource
 from .dataset_cache import default_data_dir, load_dataset
 from .faults import Fault
 from .frame_auth import FrameSigner
+from .links import LINK_REPORT_MAX_AGE_S
 from .stage_server import StageServer
 from .trainer import Trainer
 from .transport import FramePool, FrameServer, UploadPacer
@@ -97,6 +110,11 @@ class JoinedPeer:
     frame_limits: FrameLimits
     signer: FrameSigner
     """This peer's frame-signing key and its current ticket (`peer/frame_auth.py`)."""
+    console: Console
+    heartbeat_interval_s: float = 1.0
+    """What the coordinator asked for in its Welcome (a big swarm's coordinator asks for fewer)."""
+    fingerprint: str = ""
+    """SHA-256 (hex) of this peer's data-plane certificate (empty: plain ws), as it registered it."""
 
     @property
     def peer_id(self) -> int:
@@ -111,6 +129,37 @@ class JoinedPeer:
         worker = self.server.worker
         return None if worker is None else worker.stage
 
+    @property
+    def throughput(self) -> float:
+        """Samples per second this peer serves its stage at, as it tells the coordinator: measured,
+        else estimated from the start-up benchmark."""
+        measured = self.server.throughput
+        return measured if measured > 0 else self.stage_throughput_estimate()
+
+    def endpoint(self) -> PeerEndpoint:
+        """This peer as the coordinator lists it to the others, from its own figures."""
+        return PeerEndpoint(
+            peer_id=self.peer_id,
+            address=self.registered.address,
+            stage=self.stage,
+            throughput=self.throughput,
+            queue_length=self.server.queue_length,
+            fingerprint=self.fingerprint,
+        )
+
+    def heartbeat(self) -> Heartbeat:
+        """What this peer tells the coordinator every heartbeat interval (and as it starts serving a
+        new stage): its stage's rate, queue, running totals and measured links."""
+        return Heartbeat(
+            throughput=self.throughput,
+            queue_length=self.server.queue_length,
+            samples_done=self.server.samples_done,
+            links=self.pool.links.rates(time.monotonic(), LINK_REPORT_MAX_AGE_S),
+            spot_checks=self.trainer.checker.tally,
+            compute_seconds=self.server.compute_seconds,
+            activation_cache=self.server.kept.tally(),
+        )
+
     def admit(self, ticket_key: str) -> None:
         """Take the run's public ticket key (Welcome): callers' tickets are checked against it."""
         self.server.verifier.trust(ticket_key)
@@ -121,14 +170,17 @@ class JoinedPeer:
         self.signer.take(message.ticket)
 
     def stage_throughput_estimate(self) -> float:
-        """Start-up benchmark scaled to the blocks of the assigned stage, until calls are measured."""
-        if self.stage is None:
+        """Start-up benchmark scaled to the cost of the assigned stage, until calls are measured."""
+        stage = self.stage
+        if stage is None:
             return self.block_throughput
-        n_layer = get_preset(self.run.model_preset).n_layer
-        return self.block_throughput * self.run.num_stages / n_layer
+        run = self.run
+        return stage_rate_from_block(
+            self.block_throughput, get_preset(run.model_preset), run.num_stages, run.seq_len, stage
+        )
 
     def say(self, text: str) -> None:
-        print(f"[peer {self.peer_id}] {text}", file=sys.stdout, flush=True)
+        self.console.say(text)
 
     async def close(self) -> None:
         await self.frame_server.stop()
@@ -144,6 +196,7 @@ async def join(
     listener: socket.socket,
     http: httpx.AsyncClient,
     certificate: DataPlaneCertificate | None,
+    console: Console,
 ) -> JoinedPeer:
     """Start serving the data plane (over TLS with `certificate`) and set up every part; the control
     channel is not opened yet."""
@@ -165,13 +218,15 @@ async def join(
     )
     # A server never receives a state; a client may (when it loads a stage from another peer).
     pool = FramePool(max_bytes=limits.largest, pacer=pacer)
+    console.say(
+        f"benchmarking this device ({device}) on one block of {preset.name} at the run's microbatch "
+        f"({run.microbatch_size} x {run.seq_len} tokens)…"
+    )
     block_throughput = measure_block_throughput(preset, run, device) / settings.slowdown
     bound = f"{settings.listen_host}:{listener.getsockname()[1]}"
-    print(
-        f"[peer {registered.peer_id}] joined run {run.run_id} ({run.name!r}) as peer {registered.peer_id}; "
-        f"data plane bound on {bound}, announced as {registered.address}; "
-        f"benchmark {block_throughput:.1f} samples/s per block",
-        flush=True,
+    console.say(
+        f"benchmark: {block_throughput:.1f} samples/s per block; data plane bound on {bound}, "
+        f"announced as {registered.address}"
     )
     digest = credential_digest(registered.credential)
     frame_server = FrameServer(
@@ -189,6 +244,7 @@ async def join(
         peer_id=registered.peer_id,
         credential=registered.credential,
         data_dir=settings.data_dir or default_data_dir(),
+        console=console,
     )
     work = WorkRequests()
     control = ControlChannel(
@@ -204,10 +260,9 @@ async def join(
     )
     server.report = control.send
     if server.fault is not None:
-        print(
-            f"[peer {registered.peer_id}] FAULTY ON PURPOSE (--fault {server.fault.describe()}): "
-            "a testing aid; the swarm should catch and ban this peer",
-            flush=True,
+        console.say(
+            f"FAULTY ON PURPOSE (--fault {server.fault.describe()}): "
+            "a testing aid; the swarm should catch and ban this peer"
         )
     trainer = Trainer(
         run=run,
@@ -238,4 +293,6 @@ async def join(
         block_throughput=block_throughput,
         frame_limits=limits,
         signer=signer,
+        console=console,
+        fingerprint="" if certificate is None else certificate.fingerprint,
     )

@@ -23,6 +23,14 @@ class RegistrationRefused(RuntimeError):
     """The coordinator answered and will not register this peer; retrying would not change that."""
 
 
+def contribution_url(coordinator_url: str, registered: PeerRegistered) -> str | None:
+    """The dashboard page where this peer's participant sees what it contributed (no login: the link is
+    the key); None from a coordinator that issues none."""
+    if not registered.contribution_token:
+        return None
+    return f"{coordinator_url.rstrip('/')}/#/contribution/{registered.contribution_token}"
+
+
 def _detail(response: httpx.Response) -> str:
     try:
         return str(response.json().get("detail", response.text))

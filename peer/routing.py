@@ -13,6 +13,7 @@ time is passed in.
 from __future__ import annotations
 
 import random
+import sys
 from dataclasses import dataclass, field
 
 MIN_THROUGHPUT = 1e-3
@@ -120,10 +121,24 @@ class StageRouter:
             return
         slot.failures += 1
         slot.stale = True
-        slot.banned_until = now + min(self.ban_max_s, self.ban_base_s * 2 ** (slot.failures - 1))
+        slot.banned_until = now + ban_seconds(slot.failures, self.ban_base_s, self.ban_max_s)
+
+    def failures(self, peer_id: int) -> int:
+        """Failures of `peer_id` since its last success (0 for a peer the router does not know)."""
+        slot = self._slots.get(peer_id)
+        return slot.failures if slot is not None else 0
 
     def peers(self) -> list[int]:
         return sorted(self._slots)
+
+
+def ban_seconds(failures: int, base_s: float, max_s: float) -> float:
+    """The ban after `failures` failures in a row: `base_s`, doubled for each failure after the
+    first, up to `max_s`. A peer that never answers again (a silent death a long run keeps trying)
+    fails thousands of times; the doublings stop at the float range, where 2 ** n would overflow,
+    and a product past it is inf, which the cap takes back to `max_s`."""
+    doublings = min(failures - 1, sys.float_info.max_exp - 1)
+    return min(max_s, base_s * 2.0**doublings)
 
 
 def _call_s(slot: _PeerSlot, samples: int, nbytes: int) -> float:

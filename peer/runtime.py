@@ -15,13 +15,13 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import torch
 
 from swarmhub.settings import PeerSettings
+from swarmhub.status import RunStatus
 from swarmhub.tls import DataPlaneCertificate, coordinator_context, data_plane_tls, generate_certificate
 from swarmhub.wire import (
     ApplyStep,
@@ -30,7 +30,6 @@ from swarmhub.wire import (
     CoordinatorToPeerMessage,
     DataPlaneTicket,
     Goodbye,
-    Heartbeat,
     Kicked,
     NoWork,
     PeerRegistered,
@@ -46,39 +45,43 @@ from swarmhub.wire import (
 )
 
 from .averaging import Averager
+from .console import Console
 from .control import Rejected
 from .fits import RunDoesNotFit, check_fits
 from .joined import JoinedPeer, PeerStopped, join
-from .links import LINK_REPORT_MAX_AGE_S
-from .registration import register
+from .progress import StepClock, step_line
+from .registration import contribution_url, register
 from .stage_state import load_stage, upload_checkpoint
 from .trainer import Trainer
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_INTERVAL_S = 1.0
 UPLOAD_GRACE_S = 120.0
 
 
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
-@dataclass(kw_only=True)
 class ProgressLine:
-    """What the terminal shows; one line per committed step."""
+    """What the terminal shows per committed step: step N/TOTAL, loss, ETA and this peer's part."""
 
-    started: float = field(default_factory=time.monotonic)
+    def __init__(self) -> None:
+        self.clock = StepClock()
 
-    def render(
-        self, *, step: int, loss: float | None, stage: int | None, trainer: Trainer, throughput: float
-    ) -> str:
-        elapsed = time.monotonic() - self.started
-        loss_text = "-" if loss is None else f"{loss:.4f}"
-        return (
-            f"step {step:5d}  loss {loss_text}  stage {stage if stage is not None else '-'}  "
-            f"stage rate {throughput:7.1f} samples/s  trained {trainer.stats.samples_done} samples "
-            f"({trainer.stats.samples_done / max(elapsed, 1e-9):.1f}/s)  retries {trainer.stats.retries}  "
-            f"in flight {trainer.concurrency}  kept backwards {kept_share(trainer)}"
+    def render(self, *, step: int, loss: float | None, peer: JoinedPeer) -> str:
+        max_steps = peer.run.max_steps
+        trainer = peer.trainer
+        return step_line(
+            step=step,
+            max_steps=max_steps,
+            eta=self.clock.committed(step, time.monotonic(), max_steps),
+            loss=loss,
+            stage=peer.stage,
+            stage_rate=peer.server.throughput,
+            samples_done=trainer.stats.samples_done,
+            retries=trainer.stats.retries,
+            in_flight=trainer.concurrency,
+            kept_backwards=kept_share(trainer),
         )
 
 
@@ -97,6 +100,7 @@ class MessageRouter:
         self._stop = stop
         self._averager = Averager(peer)
         self._progress = ProgressLine()
+        self._status = RunStatus.ACTIVE
         self._loading: asyncio.Task[None] | None = None
         self._averaging: asyncio.Task[None] | None = None
         self.uploads: set[asyncio.Task[None]] = set()
@@ -107,38 +111,39 @@ class MessageRouter:
         # dials those addresses.
         match message:
             case Welcome():
+                peer.say(f"connected to the coordinator; the run is at step {message.step + 1}")
                 peer.admit(message.data_key)
+                peer.heartbeat_interval_s = message.heartbeat_interval_s
                 if peer.server.worker is not None:
                     await peer.server.compute(peer.server.worker.discard_accumulated)
             case DataPlaneTicket():
                 peer.take_ticket(message)
             case StageAssignment():
+                peer.say(f"assigned stage {message.stage} ({message.reason}); loading its state…")
                 peer.pool.learn(message.state_sources)
                 if self._loading is not None:
                     self._loading.cancel()
                 self._loading = self._background(load_stage(peer, message, self._averager), "loading stage")
             case SwarmView():
-                peer.pool.learn(message.peers)
-                peer.trainer.update_swarm(message.peers)
+                # Left out of its stage's sample while ready, this peer still routes to itself.
+                own = peer.endpoint() if message.omits_recipient else None
+                peer.pool.learn(message.peers if own is None else [*message.peers, own])
+                peer.trainer.update_swarm(message.peers, message.stages, own=own)
             case WorkGrant() | NoWork():
                 peer.work.answer(message)
             case StepBarrier():
                 peer.pool.learn(message.group)
+                # The step's calls are all served by now: its running totals go ahead of its averaging
+                # report, so the step is credited with them (`server/policies/ledger.py`) rather than a
+                # heartbeat later, which for a run's last step (or steps faster than heartbeats) is never.
+                await peer.control.send(peer.heartbeat())
                 if self._averaging is not None:
                     self._averaging.cancel()
                 self._averaging = self._background(self._averager.average(message), "averaging")
             case ApplyStep():
                 await self._averager.apply(message)
             case StepCommitted():
-                peer.say(
-                    self._progress.render(
-                        step=message.step,
-                        loss=message.loss,
-                        stage=peer.stage,
-                        trainer=peer.trainer,
-                        throughput=peer.server.throughput,
-                    )
-                )
+                peer.say(self._progress.render(step=message.step, loss=message.loss, peer=peer))
                 peer.trainer.work_available.set()
             case CheckpointRequest():
                 task = self._background(upload_checkpoint(peer, message), "checkpoint upload")
@@ -148,8 +153,14 @@ class MessageRouter:
                 if message.status in ("finished", "archived"):
                     peer.say(f"run is {message.status}; leaving")
                     self._stop(f"run {message.status}")
-                elif message.status == "active":
+                elif message.status == RunStatus.PAUSED and self._status != RunStatus.PAUSED:
+                    peer.say("run is paused by its owner: staying connected, training resumes when it does")
+                elif message.status == RunStatus.ACTIVE:
+                    if self._status == RunStatus.PAUSED:
+                        peer.say("run resumed")
+                        self._progress.clock.restart()
                     peer.trainer.work_available.set()
+                self._status = message.status
             case Reachability():
                 peer.say(message.detail)
             case Arbitrate():
@@ -175,11 +186,19 @@ class MessageRouter:
 
 
 class PeerRuntime:
-    def __init__(self, coordinator_url: str, token: str, settings: PeerSettings, name: str = "") -> None:
+    def __init__(
+        self,
+        coordinator_url: str,
+        token: str,
+        settings: PeerSettings,
+        name: str = "",
+        console: Console | None = None,
+    ) -> None:
         self.coordinator_url = coordinator_url.rstrip("/")
         self.token = token
         self.settings = settings
         self.name = name or socket.gethostname()
+        self.console = console or Console(self.name)
         self.stopped = asyncio.Event()
         self.stop_reason = ""
         self._tasks: set[asyncio.Task[object]] = set()
@@ -204,6 +223,7 @@ class PeerRuntime:
         tls = coordinator_context(self.coordinator_url, self.settings.coordinator_ca)
         async with httpx.AsyncClient(timeout=120, verify=tls or True) as http:
             registered = None
+            self.console.say(f"registering with the coordinator at {self.coordinator_url}…")
             try:
                 registered = await self._unless_stopped(
                     register(http, self.coordinator_url, self._registration(listener, certificate))
@@ -213,6 +233,15 @@ class PeerRuntime:
                     listener.close()
             if registered is None:
                 return self.stop_reason
+            run = registered.run
+            self.console.say(
+                f"registered as peer {registered.peer_id} of run {run.run_id} ({run.name!r}): model "
+                f"{run.model_preset} in {run.num_stages} stage{'' if run.num_stages == 1 else 's'}, "
+                + (f"{run.max_steps} steps" if run.max_steps else "no step limit")
+            )
+            link = contribution_url(self.coordinator_url, registered)
+            if link is not None:
+                self.console.say(f"what this peer contributes, live: {link}")
             try:
                 check_fits(registered.run, self.settings)
             except RunDoesNotFit:
@@ -225,7 +254,9 @@ class PeerRuntime:
                 listener=listener,
                 http=http,
                 certificate=certificate,
+                console=self.console,
             )
+            self.console.say("opening the control channel; the coordinator assigns a stage")
             await self._serve(peer)
         return self.stop_reason
 
@@ -296,16 +327,5 @@ class PeerRuntime:
 
     async def _heartbeats(self, peer: JoinedPeer) -> None:
         while True:
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
-            measured = peer.server.throughput
-            await peer.control.send(
-                Heartbeat(
-                    throughput=measured if measured > 0 else peer.stage_throughput_estimate(),
-                    queue_length=peer.server.queue_length,
-                    samples_done=peer.server.samples_done,
-                    links=peer.pool.links.rates(time.monotonic(), LINK_REPORT_MAX_AGE_S),
-                    spot_checks=peer.trainer.checker.tally,
-                    compute_seconds=peer.server.compute_seconds,
-                    activation_cache=peer.server.kept.tally(),
-                )
-            )
+            await asyncio.sleep(peer.heartbeat_interval_s)
+            await peer.control.send(peer.heartbeat())

@@ -67,8 +67,15 @@ log = logging.getLogger(__name__)
 THROUGHPUT_EMA = 0.2
 """Weight of the newest measurement in the throughput average: reacts within a few calls."""
 ACCEPT_FRACTION = 0.8
-"""Gradients of a call are accumulated only if it finished within this share of the caller's
-timeout: a caller that gave up and retried elsewhere must not find its samples counted twice."""
+"""A call that accumulates gradients is computed only if it starts within this share of the caller's
+timeout: a caller that gave up and retried elsewhere must not find its samples counted twice. A call
+that waited longer is refused, never answered: its caller may still be waiting and would take the
+answer as served, while no peer of the stage holds the gradient (the step would count it lost)."""
+
+
+def _since(received: float) -> float:
+    """A reply's `server_s`: the seconds since its call was received, within the header's bound."""
+    return min(time.perf_counter() - received, MAX_TIMEOUT_S)
 
 
 class StageServer:
@@ -181,6 +188,7 @@ class StageServer:
         return 1.0 / sum(self.seconds_per_sample[k] for k in kinds)
 
     async def handle(self, data: bytes) -> bytes:
+        received = time.perf_counter()
         answering: OpenedFrame | None = None
         try:
             frame = open_frame(data, max_bytes=self.max_bytes)
@@ -188,7 +196,7 @@ class StageServer:
             # Only now may an answer be signed: nobody gets this peer's signature on a call of theirs.
             answering = frame
             call = self._authorize(frame.header)
-            return await self._dispatch(frame, call, decode_payload(call, frame.payload))
+            return await self._dispatch(frame, call, decode_payload(call, frame.payload), received)
         except (FrameError, StageError, AuthError) as exc:
             self.calls_refused += 1
             return self._error(answering, str(exc))
@@ -215,7 +223,9 @@ class StageServer:
             raise StageError(f"frame is for stage {header.stage}, this peer serves stage {self.worker.stage}")
         return header
 
-    async def _dispatch(self, frame: OpenedFrame, header: Call, tensors: dict[str, Tensor]) -> bytes:
+    async def _dispatch(
+        self, frame: OpenedFrame, header: Call, tensors: dict[str, Tensor], received: float
+    ) -> bytes:
         worker = self.worker
         assert worker is not None  # checked by _authorize
         if isinstance(header, PushGrads):
@@ -238,7 +248,9 @@ class StageServer:
         if isinstance(header, ArbitrateCall):
             return await self._arbitrate(frame, worker, header, tensors)
         reply_kind, outputs, fields = await self._answer(worker, header, tensors)
-        return self._reply(frame, reply_kind, self._payload(outputs), **fields)
+        # Encoded before the clock stops: the caller counts what is not `server_s` as the network's.
+        payload = self._payload(outputs)
+        return self._reply(frame, reply_kind, payload, server_s=_since(received), **fields)
 
     async def serve_local(
         self, header: StageCall, tensors: dict[str, Tensor]
@@ -248,13 +260,15 @@ class StageServer:
         a machine where compute and data plane share the cores, that is compute regained. Both ways
         the tensors pass through the run's codec, so what the trainer gets does not depend on whether
         its call left the process. Raises StageError (NotKept included) or FrameError as a refusal."""
+        received = time.perf_counter()
         call = self._authorize(header)
         worker = self.worker
         assert worker is not None and isinstance(call, StageCall)  # checked by _authorize
         inputs = through_codec(tensors, self.run.compression)
         reply_kind, outputs, fields = await self._answer(worker, call, inputs)
-        reply = reply_kind(run_id=self.run.run_id, sender=self.peer_id, **fields)
-        return reply, through_codec(outputs, self.run.compression)
+        outputs = through_codec(outputs, self.run.compression)
+        reply = reply_kind(run_id=self.run.run_id, sender=self.peer_id, server_s=_since(received), **fields)
+        return reply, outputs
 
     async def _answer(
         self, worker: StageWorker, header: StageCall, tensors: dict[str, Tensor]
@@ -287,9 +301,17 @@ class StageServer:
             )
 
         def accept() -> bool:
+            """Whether the call's gradients are accumulated (a check's never are); raises for a call
+            that waited past its window, as it starts on the compute thread."""
             if header.check:
                 return False
-            return header.timeout_s <= 0 or time.monotonic() - received < ACCEPT_FRACTION * header.timeout_s
+            waited = time.monotonic() - received
+            if header.timeout_s > 0 and waited >= ACCEPT_FRACTION * header.timeout_s:
+                raise StageError(
+                    f"stage {worker.stage} call of microbatch {header.microbatch_id} waited {waited:.1f}s "
+                    f"for the compute thread, past its {header.timeout_s:g}s timeout's accept window; refused"
+                )
+            return True
 
         if isinstance(header, BackwardCall) and header.cached:
             grad = self._tensor(tensors, "grad", (samples, self.run.seq_len, self.d_model), torch.float32)

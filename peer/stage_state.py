@@ -27,13 +27,13 @@ from swarmhub.wire import (
 
 from .averaging import Averager
 from .checkpoint_client import CheckpointError, download_stage_checkpoint, upload_stage_checkpoint
-from .frame_auth import AuthError
-from .frame_headers import ErrorReply, FetchState, StateReply
-from .frames import FrameError, assemble_call, encode_payload, open_reply
+from .frame_headers import FetchState
 from .joined import JoinedPeer
 from .model import build_stage
+from .progress import format_size
 from .stage_worker import StageWorker
-from .transport import TransportError, UnlistedAddress, transfer_timeout_s
+from .state_copy import fetch_state
+from .transport import TransportError, UnlistedAddress
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +64,17 @@ async def load_stage(peer: JoinedPeer, assignment: StageAssignment, averager: Av
         origin = "initialized"
         try:
             if assignment.state_sources:
+                sources = ", ".join(str(source.peer_id) for source in assignment.state_sources)
+                peer.say(
+                    f"copying stage {assignment.stage}'s weights and optimizer state from peer(s) {sources}…"
+                )
                 await _copy_state(peer, worker, assignment)
                 origin = "copied"
             elif assignment.checkpoint_step is not None:
+                peer.say(
+                    f"downloading stage {assignment.stage}'s checkpoint of step {assignment.checkpoint_step}"
+                    " from the coordinator…"
+                )
                 await _restore_checkpoint(peer, worker, assignment, assignment.checkpoint_step)
                 origin = "checkpoint"
         except StageLoadError as exc:
@@ -79,6 +87,10 @@ async def load_stage(peer: JoinedPeer, assignment: StageAssignment, averager: Av
         peer.server.worker = worker
         # Rates measured on another stage say nothing about this one.
         peer.server.seconds_per_sample.clear()
+        # The heartbeats sent while copying carried the old stage's rate (or none): the coordinator
+        # lists this peer at its new stage with the rate it last heard, so it hears this stage's
+        # first. Listed at a cheaper stage's rate, a mover was sent calls it could not serve in time.
+        await peer.control.send(peer.heartbeat())
     peer.say(f"serving stage {assignment.stage} from step {worker.step} ({assignment.reason})")
     await peer.control.send(StageReady(stage=assignment.stage, step=worker.step, origin=origin))
 
@@ -106,7 +118,9 @@ async def _copy_state(peer: JoinedPeer, worker: StageWorker, assignment: StageAs
         raise StageLoadError(
             f"the states of peers {copies[0][0]} and {copies[1][0]} differ: one of them holds wrong weights"
         )
-    _, step, tensors = copies[0]
+    source, step, tensors = copies[0]
+    size = sum(t.numel() * t.element_size() for t in tensors.values())
+    peer.say(f"copied stage {assignment.stage}'s state ({format_size(size)}) from peer {source}")
     await peer.server.compute(lambda: worker.import_state(tensors, step))
 
 
@@ -115,22 +129,19 @@ async def _fetch_state(
 ) -> tuple[int, dict[str, Tensor]] | str:
     """`source`'s state (its step and tensors), or what went wrong."""
     try:
-        frame, sent = assemble_call(request, encode_payload(None), peer.signer, source.peer_id)
-        reply = await peer.pool.request(source.address, frame, transfer_timeout_s(peer.frame_limits.state))
+        return await fetch_state(
+            peer.pool,
+            source,
+            request,
+            signer=peer.signer,
+            verifier=peer.server.verifier,
+            limits=peer.frame_limits,
+            console=peer.console,
+        )
     except TransportError as exc:
         if not isinstance(exc, UnlistedAddress):
             await peer.control.send(PeerUnreachable(peer_id=source.peer_id, reason=str(exc)[:500]))
         return str(exc)
-    try:
-        # Only the offered peer's signed answer to this request: a forged state would poison the stage.
-        header, tensors = open_reply(
-            reply, max_bytes=peer.frame_limits.for_kind, verifier=peer.server.verifier, call=sent
-        )
-    except (FrameError, AuthError) as exc:
-        return str(exc)
-    if isinstance(header, StateReply):
-        return header.step, tensors
-    return header.error if isinstance(header, ErrorReply) else f"unexpected {header.kind} reply"
 
 
 def _same_state(a: tuple[int, int, dict[str, Tensor]], b: tuple[int, int, dict[str, Tensor]]) -> bool:
@@ -156,6 +167,7 @@ async def _restore_checkpoint(
             assignment.stage,
             peer.peer_id,
             peer.registered.credential,
+            console=peer.console,
         )
     except (CheckpointError, httpx.HTTPError) as exc:
         raise StageLoadError(f"the step {checkpoint_step} checkpoint could not be loaded: {exc}") from exc

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -35,6 +35,7 @@ from swarmhub.wire import (
     RunSpec,
     ServedCall,
     SpotCheckMismatch,
+    StageTotal,
     WorkGrant,
 )
 
@@ -85,6 +86,9 @@ class Kept:
 
     peer: int
     frame: bytes
+    address: str = ""
+    """Where the peer was called (empty: in process). The backward goes there even once the peer is
+    left out of this trainer's sample of a large stage (`Trainer.update_swarm`)."""
 
 
 @dataclass(kw_only=True)
@@ -148,6 +152,10 @@ class Trainer:
         self._serving_peers = 0
         self.routers = [StageRouter() for _ in range(run.num_stages)]
         self.addresses: dict[int, str] = {}
+        """The peers the latest swarm view listed, which routing and spot checks choose from."""
+        self._listed: dict[int, PeerEndpoint] = {}
+        self._sampled: set[int] = set()
+        """Stages the latest view listed only a sample of: a peer of theirs missing from it may be live."""
         self.checker = SpotChecker(
             run=run,
             peer_id=peer_id,
@@ -166,20 +174,41 @@ class Trainer:
         self.work_available = asyncio.Event()
         self.work_available.set()
 
-    def update_swarm(self, peers: list[PeerEndpoint]) -> None:
-        addresses = {p.peer_id: p.address for p in peers}
-        for gone in set(self.addresses.values()) - set(addresses.values()):
-            self.pool.abandon(gone)
-        self.addresses = addresses
+    def update_swarm(
+        self, peers: list[PeerEndpoint], stages: Sequence[StageTotal] = (), own: PeerEndpoint | None = None
+    ) -> None:
+        """Take a swarm view: the peers it lists (a large stage's only a sample of them) and every
+        stage's totals (none from a coordinator that lists every peer). `own`: this peer, ready to
+        serve its stage, where the view's sample of that stage left it out (`SwarmView.omits_recipient`):
+        it is a candidate all the same, its calls served in process."""
+        num_stages = self.run.num_stages
+        totals = list(stages) or [StageTotal.of(p for p in peers if p.stage == s) for s in range(num_stages)]
+        counts = [sum(1 for p in peers if p.stage == s) for s in range(num_stages)]
+        sampled = {s for s, total in enumerate(totals[:num_stages]) if total.peers > counts[s]}
+        if own is not None and own.stage is not None and all(p.peer_id != own.peer_id for p in peers):
+            peers = [*peers, own]
+        listed = {p.peer_id: p for p in peers}
+        # A peer missing from a stage listed whole is gone: its calls fail at once and are retried
+        # elsewhere. One missing from a sample is most likely live (another member's sample lists it),
+        # serving this trainer's calls or holding its kept forwards: those go on (`Kept.address`).
+        addresses = {p.address for p in peers}
+        for peer_id, before in self._listed.items():
+            if peer_id not in listed and before.stage not in sampled and before.address not in addresses:
+                self.pool.abandon(before.address)
+        self._listed = listed
+        self._sampled = sampled
+        self.addresses = {p.peer_id: p.address for p in peers}
         for stage, router in enumerate(self.routers):
             members = [p for p in peers if p.stage == stage]
             # Queue lengths come from the peers' replies (`observe_queue`): the view's are seconds old.
             router.update_peers({p.peer_id: p.throughput for p in members})
-        peer_rates = [[p.throughput for p in peers if p.stage == s] for s in range(self.run.num_stages)]
-        self._stage_rates = [sum(rates) for rates in peer_rates]
-        self._chain_s = chain_seconds(peer_rates, self.run.microbatch_size)
-        self._serving_peers = sum(len(rates) for rates in peer_rates)
-        self._trainers = max(1, len(peers))
+        # The pipeline's figures go by the stages' totals, not by what this trainer was dealt.
+        self._stage_rates = [total.rate for total in totals[:num_stages]]
+        # `chain_seconds` takes a stage's mean measured rate as one peer's.
+        means = [[t.rate / t.measured] if t.measured else [] for t in totals[:num_stages]]
+        self._chain_s = chain_seconds(means, self.run.microbatch_size)
+        self._serving_peers = sum(total.peers for total in totals)
+        self._trainers = max(1, self._serving_peers)
         self._retarget()
 
     def _retarget(self) -> None:
@@ -293,7 +322,10 @@ class Trainer:
     ) -> dict[str, Tensor]:
         """The stage's backward: from the kept forward if its peer still has it, else the full call."""
         whole = {"x": x, "grad": grad}
-        if kept.peer in self.addresses:
+        # The keeper was listed when it served the forward. A later view that leaves it out of a
+        # sampled stage says nothing of it: its address came with the forward, and the backward goes
+        # there. Only a stage listed whole tells that a peer missing from it left.
+        if kept.peer in self.addresses or stage in self._sampled:
             try:
                 _, out, _ = await self._call(
                     stage,
@@ -363,9 +395,7 @@ class Trainer:
             else:
                 exclude = frozenset(tried) if tried and len(tried) < len(router.peers()) else frozenset()
                 peer = router.choose(grant.samples, now, exclude, nbytes=exchanged)
-            if peer is None or peer not in self.addresses:
-                if keeper is not None:
-                    raise ForwardNotKept(f"peer {keeper.peer} left")
+            if peer is None or (keeper is None and peer not in self.addresses):
                 waited_since = waited_since or now
                 if now - waited_since > NO_PEER_PATIENCE_S:
                     raise CallFailed(f"no live peer of stage {stage} for {NO_PEER_PATIENCE_S:.0f}s")
@@ -374,6 +404,8 @@ class Trainer:
             waited_since = None
             attempts += 1
             local = peer == self.peer_id and self.serve_local is not None
+            # Taken now: a view that arrives during the call may no longer list the peer.
+            address = "" if local else keeper.address if keeper is not None else self.addresses[peer]
             frame = reply = b""
             started = time.monotonic()
             try:
@@ -382,7 +414,7 @@ class Trainer:
                 else:
                     frame, sent = assemble_call(header, payload, self.signer, receiver=peer)
                     reply = await self.pool.request(
-                        self.addresses[peer],
+                        address,
                         frame,
                         self.call_timeout_s,
                         peer_id=peer,
@@ -424,15 +456,20 @@ class Trainer:
                     header, payload, peer, frame, reply, answer, out, self._whole(header, whole, keeper)
                 )
             elapsed = max(time.monotonic() - started, 1e-6)
-            compute = getattr(answer, "compute_s", 0.0)
+            compute = min(getattr(answer, "compute_s", 0.0), elapsed, 3600.0)
+            # What the call did not spend inside the serving peer; never more than its compute left,
+            # so a peer that does not say (server_s 0) or understates cannot make a call's parts
+            # add up to more than the call.
+            network = elapsed - getattr(answer, "server_s", 0.0)
             served = ServedCall(
                 peer_id=peer,
                 samples=grant.samples,
                 seconds=min(elapsed, 3600.0),
-                compute_seconds=min(compute, elapsed, 3600.0),
+                compute_seconds=compute,
+                network_seconds=min(max(network, 0.0), elapsed - compute, 3600.0),
             )
             self._served.setdefault(grant.microbatch_id, []).append(served)
-            return answer, out, Kept(peer=peer, frame=frame)
+            return answer, out, Kept(peer=peer, frame=frame, address=address)
         raise CallFailed(f"stage {stage} {kind} failed {attempts} times: " + "; ".join(errors[-3:]))
 
     async def _local_call(

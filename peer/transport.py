@@ -1,6 +1,7 @@
 """Moving framed bytes between peers over websockets: a server, a client pool, a bandwidth cap.
 
-Binary websocket messages, one request and one response per exchange on a connection. Frames are
+Binary websocket messages, one request and one response per exchange on a connection; a large
+response goes out in fragments, so its receiver can watch it arrive. Frames are
 opaque here (`peer/frames.py` gives them meaning); this module only moves them, bounds their size
 and, when asked, paces uploads to emulate a slow link. A peer with a data-plane certificate serves
 wss; clients dial an address whose endpoint carried a fingerprint over wss and pin it
@@ -13,12 +14,13 @@ import asyncio
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import suppress
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.typing import Data
 
 from swarmhub.tls import PinMismatch, check_pin, pinned_client_context
 from swarmhub.wire import PeerEndpoint
@@ -26,6 +28,12 @@ from swarmhub.wire import PeerEndpoint
 from .links import LinkMeter
 
 Handler = Callable[[bytes], Awaitable[bytes]]
+
+FRAGMENT_MIN_BYTES = 1 << 20
+MAX_FRAGMENTS = 100
+"""A reply over FRAGMENT_MIN_BYTES goes out in at most this many fragments: a stage state is seen
+arriving by the percent (`FramePool.request`'s `on_fragment`), far below what a receiver reassembles
+(websockets refuses a message of over 4096 fragments)."""
 
 TRANSFER_BASE_TIMEOUT_S = 10.0
 TRANSFER_MIN_BYTES_PER_S = 5e6
@@ -108,13 +116,37 @@ class FrameServer:
                     await connection.send(answer)
                     continue
                 reply = await self._handler(message)
-                await self._pacer.pace(len(reply))
-                await connection.send(reply)
+                if len(reply) <= FRAGMENT_MIN_BYTES:
+                    await self._pacer.pace(len(reply))
+                    await connection.send(reply)
+                else:
+                    await connection.send(self._paced_fragments(reply))
+
+    async def _paced_fragments(self, reply: bytes) -> AsyncIterator[memoryview]:
+        # Paced one by one: an emulated slow link shows the bytes trickling in, not all at the end.
+        size = max(FRAGMENT_MIN_BYTES, -(-len(reply) // MAX_FRAGMENTS))
+        view = memoryview(reply)
+        for start in range(0, len(view), size):
+            fragment = view[start : start + size]
+            await self._pacer.pace(len(fragment))
+            yield fragment
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+
+
+async def _watched_recv(connection: ClientConnection, on_fragment: Callable[[bytes], None]) -> Data:
+    """The next message, each binary fragment shown to `on_fragment` as it arrives."""
+    fragments: list[Data] = []
+    async for fragment in connection.recv_streaming():
+        if isinstance(fragment, bytes):
+            on_fragment(fragment)
+        fragments.append(fragment)
+    if isinstance(fragments[0], str):
+        return "".join(str(f) for f in fragments)
+    return b"".join(f for f in fragments if isinstance(f, bytes))
 
 
 class FramePool:
@@ -145,9 +177,11 @@ class FramePool:
         *,
         peer_id: int | None = None,
         compute_s: float = 0.0,
+        on_fragment: Callable[[bytes], None] | None = None,
     ) -> bytes:
         """The reply to `frame`. With `peer_id`, the exchange also measures the link to that peer
-        (`compute_s`: how long the other peer is expected to compute before answering)."""
+        (`compute_s`: how long the other peer is expected to compute before answering); with
+        `on_fragment`, each piece of the reply is shown to it as it arrives (it must not raise)."""
         connection = await self._acquire(address, timeout)
         busy = self._busy.setdefault(address, set())
         busy.add(connection)
@@ -157,7 +191,10 @@ class FramePool:
             await self._pacer.pace(len(frame))
             async with asyncio.timeout(timeout):
                 await connection.send(frame)
-                reply = await connection.recv()
+                if on_fragment is None:
+                    reply = await connection.recv()
+                else:
+                    reply = await _watched_recv(connection, on_fragment)
         except (TimeoutError, ConnectionClosed, OSError) as exc:
             connection.transport.abort()
             raise TransportError(f"peer at {address}: {type(exc).__name__}: {exc}") from exc

@@ -23,10 +23,25 @@ from server.errors import install_error_handlers
 from server.feed import FeedHub
 from server.front_door import install_front_door
 from server.housekeeping import purge_periodically, recover_checkpoints
+from server.ledger import routes as ledger
 from server.live import LiveSwarm
 from server.metrics import HttpMetricsMiddleware, Metrics
-from server.routes import auth, feed, peer_channel, peers, presets, runs, system, tokens
+from server.peer_package import PeerPackage, find_source
+from server.routes import (
+    auth,
+    downloads,
+    feed,
+    invitations,
+    peer_channel,
+    peers,
+    presets,
+    runs,
+    system,
+    tokens,
+)
 from server.security import set_hash_concurrency
+from server.webhooks import routes as webhooks
+from server.webhooks.dispatcher import WebhookDispatcher
 from swarmhub.settings import ServerSettings
 
 REPO_FRONTEND = Path(__file__).resolve().parent.parent / "frontend" / "dist"
@@ -65,12 +80,16 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         )
         await live.start()
         app.state.live = live
+        # Owed deliveries (in the database) are sent from here, the first ones at once.
+        dispatcher = WebhookDispatcher(app.state.session_factory, settings)
+        await dispatcher.start()
         purging = asyncio.create_task(purge_periodically(app.state.session_factory, settings))
         try:
             yield
         finally:
             purging.cancel()
             await live.stop()
+            await dispatcher.stop()
             engine.dispose()
 
     app = FastAPI(
@@ -85,6 +104,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.checkpoints = CheckpointStore(settings.checkpoint_dir)
     app.state.datasets = DatasetStore(settings.dataset_dir)
     app.state.dataset_drafts = DraftStore(settings)
+    app.state.peer_package = PeerPackage(find_source(settings.peer_package_source), settings.peer_package_dir)
     install_error_handlers(app)
     app.add_middleware(HttpMetricsMiddleware, metrics=app.state.metrics)
     install_front_door(app, max_body_bytes=settings.max_body_bytes)
@@ -93,13 +113,17 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     for module in (
         system,
         auth,
+        invitations,
         presets,
+        downloads,
         runs,
         checkpoints,
         datasets,
         dataset_drafts,
         tokens,
+        webhooks,
         peers,
+        ledger,
         feed,
         peer_channel,
     ):

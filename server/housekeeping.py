@@ -32,13 +32,15 @@ def recover_checkpoints(factory: Callable[[], Session], store: CheckpointStore) 
         )
 
 
-def purge_once(factory: Callable[[], Session], settings: ServerSettings) -> tuple[int, int]:
-    """Delete expired or idle sessions and forgotten login failures; returns (sessions, throttle rows)."""
+def purge_once(factory: Callable[[], Session], settings: ServerSettings) -> tuple[int, int, int]:
+    """Delete expired or idle sessions, forgotten login failures and expired invitation links;
+    returns (sessions, throttle rows, links)."""
     with factory() as session:
         sessions = accounts.purge_expired_sessions(session, idle_minutes=settings.session_idle_minutes)
         throttle = login_throttle.purge(session)
+        links = accounts.purge_expired_invitations(session)
         session.commit()
-    return sessions, throttle
+    return sessions, throttle, links
 
 
 async def purge_periodically(factory: Callable[[], Session], settings: ServerSettings) -> None:

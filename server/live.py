@@ -29,6 +29,8 @@ from server.metrics import Metrics
 from server.models import Peer, Run, utcnow
 from server.policies.step_book import StepBook
 from server.publish import commit_and_publish
+from server.run_health import health_frame, health_out, status_health
+from server.schemas import RunHealthOut
 from server.services import swarm as rows
 from server.services.runs import run_spec
 from server.services.swarm import Frame, PeerFigures, PeerRejected
@@ -74,7 +76,7 @@ class PeerLink:
     """The digest of the peer's credential, which its answer to a reachability probe proves it knows."""
     fingerprint: str
     last_heartbeat: datetime | None = None
-    synced: tuple[float, int, int, tuple[tuple[int, float], ...]] | None = None
+    synced: tuple[float, int, int, tuple[tuple[int, float], ...], datetime] | None = None
     """Heartbeat figures as last written to the database."""
 
 
@@ -98,6 +100,8 @@ class LiveSwarm:
         self._probes: set[asyncio.Task[None]] = set()
         self._fault = FaultPoint(settings.fault_point)
         self._tickets = TicketDesk(self._links)
+        self._health: dict[int, tuple[RunStatus, RunHealthOut]] = {}
+        """Each watched run's health as its machine last decided it, with the run status it assumed."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -116,6 +120,16 @@ class LiveSwarm:
 
     def connected_peer_count(self) -> int:
         return len(self._links)
+
+    def health(self, run_id: int, status: RunStatus) -> RunHealthOut:
+        """The run's health now (routes call this from their threads: a dict read, no await).
+
+        A run whose machine has not caught up with a status change, or that no peer has connected to
+        since the coordinator started, has the health its status alone gives."""
+        known = self._health.get(run_id)
+        if known is not None and known[0] == status:
+            return known[1]
+        return status_health(status)
 
     # ---- channels -------------------------------------------------------------------------------
 
@@ -184,6 +198,7 @@ class LiveSwarm:
             rebalance=run.rebalance,
             settings=MachineSettings(
                 heartbeat_timeout_s=self._settings.heartbeat_timeout_s,
+                heartbeat_interval_s=self._settings.heartbeat_interval_s,
                 checkpoint_every_steps=self._settings.checkpoint_every_steps,
                 averaging_deadline_s=self._settings.averaging_deadline_s,
             ),
@@ -234,6 +249,9 @@ class LiveSwarm:
 
     async def run_status_changed(self, run_id: int, status: RunStatus) -> None:
         """A run was paused, resumed or archived; tell its peers."""
+        if run_id not in self._machines:
+            # Nobody to tell; dashboards still learn what the status means for the run's health.
+            self._feed.publish(run_id, health_frame(status_health(status)))
         await self._feed_run(run_id, on.StatusSet(now=time.monotonic(), status=status))
 
     # ---- feeding the machines and carrying out their decisions ----------------------------------
@@ -286,6 +304,10 @@ class LiveSwarm:
                         self._spawn(self._probe_reported(link))
                 case do.RecordStep():
                     await self._record_step(machine, decision)
+                case do.HealthChanged():
+                    health = health_out(decision.health, now=decision.now, wall_now=utcnow())
+                    self._health[run_id] = (machine.status, health)
+                    self._feed.publish(run_id, health_frame(health))
 
     async def _assign(self, run_id: int, decision: do.AssignStage) -> None:
         checkpoint_step = None

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, TypeVar, get_args
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, column_property, mapped_column
 
 from swarmhub.run_settings import CompressionName, OptimizerName, RunSettings
 from swarmhub.status import PeerState, RunStatus
@@ -114,6 +114,29 @@ class AuthSession(Base):
     """Last use, to within a minute: a session idle for `session_idle_minutes` has ended."""
 
 
+INVITATION_PURPOSES = ("invite", "reset")
+
+
+class Invitation(Base):
+    """A single-use link an admin hands out: 'invite' makes a new account, 'reset' sets a new
+    password for `user_id`. Only the token's sha256 is stored."""
+
+    __tablename__ = "invitations"
+    __table_args__ = (_one_of("purpose", INVITATION_PURPOSES), _one_of("role", USER_ROLES))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    purpose: Mapped[str] = mapped_column(sa.String(16))
+    role: Mapped[str] = mapped_column(sa.String(16))
+    """The role an invited account gets (a reset keeps the user's own)."""
+    user_id: Mapped[int | None] = mapped_column(sa.ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    """The account a reset link is for; None for an invitation."""
+    created_by: Mapped[int | None] = mapped_column(sa.ForeignKey("users.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+    used_at: Mapped[datetime | None]
+
+
 class LoginThrottle(Base):
     """Failed logins per account name and per client address; in the database, so the backoff
     holds across restarts and across coordinator workers."""
@@ -137,6 +160,10 @@ class Run(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     owner_id: Mapped[int] = mapped_column(sa.ForeignKey("users.id"), index=True)
+    owner_name: Mapped[str] = column_property(
+        sa.select(User.username).where(User.id == owner_id).correlate_except(User).scalar_subquery()
+    )
+    """Read with the row, so every run the API returns names its owner (a query, not a column)."""
     # The owner's settings, one column per RunSettings field (swarmhub/run_settings.py documents
     # them); tests/server/test_run_settings.py fails when a field has no matching column.
     name: Mapped[str] = mapped_column(sa.String(200))
@@ -163,6 +190,12 @@ class Run(Base):
     """Secret peers use to check each other's data-plane credentials; never leaves via REST."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    # The owner's bookkeeping, not settings: peers never see them and they change nothing in training.
+    tags: Mapped[list[str]] = mapped_column(sa.JSON, default=list)
+    notes: Mapped[str] = mapped_column(sa.Text, default="")
+    archived: Mapped[bool] = mapped_column(default=False)
+    """Filed away: left out of the runs list unless asked for. Independent of the status (archiving
+    from the list can be undone; the 'archive' status action ends a run for good and files it too)."""
 
 
 def run_settings(run: Run) -> RunSettings:
@@ -337,3 +370,73 @@ class Dataset(Base):
     shards: Mapped[int]
     files: Mapped[int]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+WEBHOOK_DELIVERY_STATES = ("pending", "delivered", "failed", "cancelled")
+
+
+class RunWebhook(Base):
+    """An owner's URL that gets a signed POST for some kinds of a run's events (`server/webhooks`)."""
+
+    __tablename__ = "run_webhooks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    url: Mapped[str] = mapped_column(sa.String(2000))
+    secret: Mapped[str] = mapped_column(sa.String(64))
+    """The HMAC key deliveries are signed with: kept in the clear (signing needs it), shown to the
+    owner once when the webhook is created, never again through the API."""
+    kinds: Mapped[list[str]] = mapped_column(sa.JSON)
+    """The event kinds it is sent (a subset of `server.webhooks.policy.WEBHOOK_KINDS`)."""
+    enabled: Mapped[bool] = mapped_column(default=True)
+    created_by: Mapped[int | None] = mapped_column(sa.ForeignKey("users.id", ondelete="SET NULL"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """One event owed to one webhook, and how sending it went. Written in the event's transaction,
+    so a coordinator that stops before sending finds it pending when it starts again."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        _one_of("state", WEBHOOK_DELIVERY_STATES),
+        sa.UniqueConstraint("webhook_id", "event_id"),
+        sa.Index(None, "state", "next_attempt_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    webhook_id: Mapped[int] = mapped_column(sa.ForeignKey("run_webhooks.id", ondelete="CASCADE"))
+    event_id: Mapped[int] = mapped_column(sa.ForeignKey("events.id", ondelete="CASCADE"), index=True)
+    state: Mapped[str] = mapped_column(sa.String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(default=0)
+    status_code: Mapped[int | None]
+    """The HTTP status of the last attempt (None: no answer, see `error`)."""
+    error: Mapped[str] = mapped_column(sa.String(500), default="")
+    """Why the last attempt failed; empty once delivered."""
+    next_attempt_at: Mapped[datetime | None]
+    """When the dispatcher tries again; None once delivered, failed for good or cancelled."""
+    delivered_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PeerLedger(Base):
+    """A peer's contribution to its run, totals over every step recorded (`server/services/ledger.py`):
+    each committed step adds its credits in the step's own transaction, so the totals survive a
+    restart and a step retried is not counted twice. The participant is the peer's join token."""
+
+    __tablename__ = "peer_ledger"
+
+    peer_id: Mapped[int] = mapped_column(sa.ForeignKey("peers.id", ondelete="CASCADE"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    view_token_hash: Mapped[str | None] = mapped_column(sa.String(64), unique=True)
+    """sha256 of the link the peer prints for its participant's own view (None: issued before it)."""
+    samples_trained: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    calls_served: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    samples_served: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    compute_s: Mapped[float] = mapped_column(default=0.0)
+    bytes_moved: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    uptime_s: Mapped[float] = mapped_column(default=0.0)
+    failures: Mapped[int] = mapped_column(default=0)
+    steps: Mapped[int] = mapped_column(default=0)
+    """Steps it was credited in."""
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -8,7 +8,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from server.models import DEFAULT_PEERS_PER_TOKEN
+from server.policies.health import RunState, StageColor
 from server.security import MAX_PASSWORD_LENGTH, password_problem
+from swarmhub.resources import MAX_ACTIVATION_ELEMENTS
 from swarmhub.run_settings import RunSettings
 from swarmhub.status import PeerState, RunStatus
 
@@ -35,8 +37,11 @@ class LoginRequest(Body):
     password: str = Field(min_length=1, max_length=1024)
 
 
+NewUsername = Annotated[str, Field(min_length=3, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+
+
 class UserCreate(Body):
-    username: str = Field(min_length=3, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    username: NewUsername
     password: str = Field(min_length=1, max_length=MAX_PASSWORD_LENGTH)
     """At least 12 characters, not the username; any characters (server.security.password_problem)."""
     role: UserRole = "owner"
@@ -73,6 +78,51 @@ class UserOut(Out):
     created_at: datetime
 
 
+InvitationPurpose = Literal["invite", "reset"]
+
+
+class InvitationCreate(Body):
+    role: UserRole = "owner"
+    """The role of the account the invitation makes."""
+
+
+class InvitationOut(Out):
+    """An open link: an invitation (makes an account) or a password reset (for `username`)."""
+
+    id: int
+    purpose: InvitationPurpose
+    role: UserRole
+    username: str | None
+    """Whose password a reset link sets; None for an invitation."""
+    created_by_name: str | None
+    created_at: datetime
+    expires_at: datetime
+
+
+class InvitationIssued(InvitationOut):
+    token: str
+    """Shown once, never stored: the dashboard's link is `#/invite/<token>`."""
+
+
+class InvitationToken(Body):
+    token: str = Field(min_length=1, max_length=200)
+
+
+class InvitationInfo(BaseModel):
+    """What a link is for, so its page can ask for the right things."""
+
+    purpose: InvitationPurpose
+    username: str | None
+    expires_at: datetime
+
+
+class InvitationAccept(Body):
+    token: str = Field(min_length=1, max_length=200)
+    username: NewUsername | None = None
+    """The new account's name; an invitation needs one, a reset ignores it."""
+    password: str = Field(min_length=1, max_length=MAX_PASSWORD_LENGTH)
+
+
 class LoginResponse(BaseModel):
     token: str
     """Session token for `Authorization: Bearer`; browsers use the cookie instead."""
@@ -91,16 +141,66 @@ class RunCreate(Body, RunSettings):
 class RunOut(Out, RunSettings):
     id: int
     owner_id: int
+    owner_name: str
     status: RunStatus
     current_step: int
     created_at: datetime
     updated_at: datetime
+    tags: list[str]
+    notes: str
+    archived: bool
+    """Left out of `GET /api/runs` unless `archived=true` is asked for."""
+
+
+Tag = Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[^,\s]([^,]*[^,\s])?$")]
+
+
+class RunLabelsUpdate(Body):
+    """The owner's bookkeeping on a run; fields left out stay as they are."""
+
+    tags: Annotated[list[Tag], Field(max_length=20)] | None = None
+    """Short labels (no commas, no surrounding spaces); duplicates are dropped, order kept."""
+    notes: str | None = Field(default=None, max_length=10_000)
+    archived: bool | None = None
+
+
+class LossPoint(BaseModel):
+    step: int
+    loss: float
+
+
+class StageHealthOut(BaseModel):
+    stage: int
+    color: StageColor
+    """red: no live peer serves it (the pipeline stops there); amber: one peer (no spare) or far
+    below the other stages' rate (the bottleneck); green otherwise."""
+    ready: int
+    """Live peers serving it."""
+    loading: int
+    """Live peers assigned to it, still copying its state."""
+    rate: float
+    """Its serving peers' summed observed rate, samples per second."""
+    reason: str
+
+
+class RunHealthOut(BaseModel):
+    """What is happening to a run now, from the coordinator's live view of its swarm
+    (`server/policies/health.py`). Only `training` means samples are being trained."""
+
+    state: RunState
+    reason: str
+    """In words, e.g. "stage 1 has no live peer"."""
+    since: datetime | None
+    """When a stall began (the last moment the stage named had a live peer)."""
+    stages: list[StageHealthOut]
+    """Each stage's health; empty while no peer has connected since the coordinator started."""
 
 
 class RunDetail(RunOut):
     parameter_count: int
     peer_counts: dict[PeerState, int]
     latest_loss: float | None
+    health: RunHealthOut
 
 
 class PresetOut(Out):
@@ -112,6 +212,8 @@ class PresetOut(Out):
     n_layer: int
     n_head: int
     max_seq_len: int
+    max_activation_elements: int = MAX_ACTIVATION_ELEMENTS
+    """Bound on microbatch_size x seq_len x d_model, one activation tensor between stages."""
 
 
 # ---- join tokens ---------------------------------------------------------------------------
@@ -206,9 +308,10 @@ class MetricOut(Out):
     """samples_per_s, wire_bytes (data-plane bytes of the step), retries (stage calls retried), or the
     step's spot checks: spot_check_calls, spot_check_bytes (both ways), spot_check_seconds and
     spot_check_largest_agreeing (the largest discrepancy seen so far between results that agreed);
-    where the step's time went, four parts that add up to one whole step (from the previous step's
-    averaging to this one's): time_compute_s (the serving peers' mean compute), time_waiting_s (the
-    rest of collecting: transfers, queueing, idle), time_averaging_s and time_coordinator_s
+    where the step's time went, five parts that add up to one whole step (from the previous step's
+    averaging to this one's): time_compute_s (the serving peers' mean compute), time_network_s (the
+    mean network time of their calls: transfers), time_waiting_s (the rest of collecting: queueing,
+    idle, failures), time_averaging_s and time_coordinator_s
     (recording, applying, opening the step); activation_cache_hits and activation_cache_misses
     (backward calls that found their kept forward, or found it gone)."""
     value: float
@@ -264,6 +367,13 @@ class EventFrame(BaseModel):
     event: EventOut
 
 
+class HealthFrame(BaseModel):
+    """The run's health changed (state, reason, or a stage's colour or peer count)."""
+
+    type: Literal["health"] = "health"
+    health: RunHealthOut
+
+
 class FeedAuth(Body):
     """A feed client without the session cookie (an API client) sends this first."""
 
@@ -278,5 +388,6 @@ class PingFrame(BaseModel):
 
 
 FeedFrame = Annotated[
-    SnapshotFrame | RunFrame | PeerFrame | StepFrame | EventFrame | PingFrame, Field(discriminator="type")
+    SnapshotFrame | RunFrame | PeerFrame | StepFrame | EventFrame | HealthFrame | PingFrame,
+    Field(discriminator="type"),
 ]

@@ -27,6 +27,8 @@ class LinkClass:
     """Bytes per second the peer's link carries (the slower direction)."""
     latency_s: float
     """One-way latency to the other peers."""
+    upload: float | None = None
+    """Bytes per second it sends, where that is below `bandwidth` (an asymmetric or paced link)."""
 
 
 LINKS: dict[str, LinkClass] = {
@@ -41,18 +43,26 @@ LINKS: dict[str, LinkClass] = {
 class PeerKind:
     device: str
     link: str
+    measured_flops: float | None = None
+    """A measured speed instead of the device table's: validation against real peers, whose speed is
+    what they were measured at, not a device's assumed one."""
+    measured_link: LinkClass | None = None
 
     @property
     def flops(self) -> float:
-        return DEVICE_FLOPS[self.device]
+        return self.measured_flops if self.measured_flops is not None else DEVICE_FLOPS[self.device]
 
     @property
     def bandwidth(self) -> float:
-        return LINKS[self.link].bandwidth
+        return (self.measured_link or LINKS[self.link]).bandwidth
 
     @property
     def latency_s(self) -> float:
-        return LINKS[self.link].latency_s
+        return (self.measured_link or LINKS[self.link]).latency_s
+
+    @property
+    def upload(self) -> float:
+        return (self.measured_link or LINKS[self.link]).upload or self.bandwidth
 
 
 @dataclass(frozen=True, kw_only=True)

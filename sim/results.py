@@ -52,6 +52,10 @@ class RunReport:
     restarts: int = 0
     """Fixed pipeline: restarts from a checkpoint after a member died."""
     moves: list[Move] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+    """When each step's books closed (all stages averaged), in simulated seconds."""
+    step_samples: list[int] = field(default_factory=list)
+    """Each step's samples sent less those it lost (what a real run's rate counts)."""
     series: list[SeriesRow] = field(default_factory=list)
     coordinator: dict[str, Any] = field(default_factory=dict)
 

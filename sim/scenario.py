@@ -6,10 +6,12 @@ and coordinator would."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from sim.devices import DeviceMix, PeerKind
+from sim.stages import StageModel
 from swarmhub.presets import ModelPreset, get_preset
 from swarmhub.settings import PeerSettings, ServerSettings
 
@@ -22,6 +24,8 @@ out per member); butterfly: a reduce-scatter and all-gather (two sums' worth per
 
 CALL_TIMEOUT_S: float = PeerSettings.model_fields["call_timeout_s"].default
 HEARTBEAT_TIMEOUT_S: float = ServerSettings.model_fields["heartbeat_timeout_s"].default
+HEARTBEAT_INTERVAL_S: float = ServerSettings.model_fields["heartbeat_interval_s"].default
+AVERAGING_DEADLINE_S: float = ServerSettings.model_fields["averaging_deadline_s"].default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +52,9 @@ class Scenario:
     averaging: AveragingPattern = "all-to-all"
     call_timeout_s: float = CALL_TIMEOUT_S
     heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S
+    heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
+    averaging_deadline_s: float = AVERAGING_DEADLINE_S
+    """The least time an averaging round gets before it goes on without the members holding it up."""
     join_spread_s: float = 5.0
     sample_every_s: float = 60.0
     """Length of the intervals the report's time series is cut into."""
@@ -69,14 +76,30 @@ class Scenario:
     """Initial peers (by index) that serve a stage but drive no microbatches (`--trainer false`)."""
     deaths: tuple[tuple[float, int], ...] = ()
     """Deaths at fixed times, (seconds, initial peer index), on top of the lifetimes drawn."""
+    stages: tuple[int, ...] = ()
+    """The stage each initial peer asks for (`--stage`); empty: `choose_stage` places them."""
+    stage_flops: tuple[float, ...] = ()
+    """Each stage's FLOPs per sample instead of the cost model's: validation against real runs sets
+    measured seconds per sample, with peers' `measured_flops` at one over their slowdown."""
 
     def __post_init__(self) -> None:
         if self.kinds and len(self.kinds) != self.peers:
             raise ValueError(f"{len(self.kinds)} kinds given for {self.peers} peers")
+        placed = all(0 <= s < self.num_stages for s in self.stages)
+        if self.stages and (len(self.stages) != self.peers or not placed):
+            raise ValueError(
+                f"stages {self.stages}: not one of {self.num_stages} for each of {self.peers} peers"
+            )
+        if self.stage_flops and len(self.stage_flops) != self.num_stages:
+            raise ValueError(f"{len(self.stage_flops)} stage costs given for {self.num_stages} stages")
         if self.num_stages > self.preset.n_layer:
             raise ValueError(
                 f"preset {self.preset.name} has {self.preset.n_layer} blocks, not {self.num_stages}"
             )
+
+    def stage_model(self) -> StageModel:
+        model = StageModel.of(self.preset, self.num_stages, self.seq_len, self.compression)
+        return replace(model, flops=self.stage_flops) if self.stage_flops else model
 
     @property
     def joins_per_s(self) -> float:
@@ -99,6 +122,36 @@ SPOT = DeviceMix(
 )
 """Preemptible cloud GPUs, some reached over slower links."""
 HOMOGENEOUS = DeviceMix(devices={"t4": 1.0}, links={"datacenter": 1.0})
+
+
+def fitting_bundle(sc: Scenario, *, share: float = 0.5, most: int = 16) -> int:
+    """The most microbatches (at least one, at most `most`) a bundled call may carry and still take
+    at most `share` of the call timeout on the scenario's slowest device and link: a call moves at
+    most its stage's bytes per sample and computes at most its FLOPs per sample. Half the timeout
+    leaves room for a call queued ahead of it on the same peer."""
+    model = sc.stage_model()
+    kinds = sc.kinds or tuple(
+        PeerKind(device=device, link=link)
+        for device, weight in sc.mix.devices.items()
+        if weight > 0
+        for link, link_weight in sc.mix.links.items()
+        if link_weight > 0
+    )
+    per_sample = max(
+        max(
+            flops / kind.flops,
+            per_stage / kind.bandwidth,
+            max(reply) / kind.upload,
+        )
+        for kind in kinds
+        for flops, per_stage, reply in zip(
+            model.flops, model.bytes_per_sample, model.reply_bytes, strict=True
+        )
+    )
+    latency = max(kind.latency_s for kind in kinds)
+    budget = share * sc.call_timeout_s - 2 * latency
+    fits = math.floor(budget / (per_sample * sc.microbatch_size))
+    return max(1, min(most, fits))
 
 
 def _scenarios() -> dict[str, Scenario]:
@@ -138,11 +191,13 @@ def _scenarios() -> dict[str, Scenario]:
         mix=SPOT,
         mean_lifetime_s=4 * 3600.0,
         averaging="butterfly",
-        bundle=16,
         duration_s=3 * 3600.0,
         join_spread_s=60.0,
         sample_every_s=300.0,
     )
+    # Thousands of peers need calls bundled to simulate in minutes; one that outlasts the call
+    # timeout would only simulate its failure.
+    scale = replace(scale, bundle=fitting_bundle(scale))
     return {s.name: s for s in (small, churn, scale)}
 
 

@@ -10,13 +10,20 @@ readings under the conditions of `Membership._maybe_rebalance`; the step's books
 
 What is modelled: a peer is a single FIFO server whose call occupies it for the longer of its
 compute (FLOPs over its device's speed) and its transfer (the call's bytes over its link), with the
-link's latency each way; a copy of a stage's state takes its bytes over the slower of the two links;
-averaging takes the slowest member's transfer for the pattern. A peer dies silently: its calls
-time out, and the coordinator forgets it after the heartbeat timeout.
+link's latency each way; a copy of a stage's state takes its bytes over the slower of the two links.
+Averaging is computed per round (`sim.averaging`): each member pushes its sum to the K-1 others
+through its upload, one after another, and takes theirs through its download; members give
+up at the barrier's push allowance (`push_allowance_s`) and the round goes on without whoever held
+it up at the coordinator's deadline (`round_limit_s`, `AveragingRound.going_on_without`), their
+samples lost, as `StepCycle._expire_rounds` does. A peer dies silently: its calls
+time out, and the coordinator forgets it when its probe after a few missed heartbeats goes
+unanswered (`server/policies/silence.py`), or at the heartbeat timeout.
 
 Simplifications, for speed: the trainers share one router per stage (every call advances the same
 virtual finish times, as many trainers' routers together would); heartbeat readings are taken every
-`READING_S` rather than every second; verification (spot checks, blame, arbitration) is left out.
+`READING_S` rather than every second; verification (spot checks, blame, arbitration) is left out;
+a trainer slot refused while grants are paced is granted as soon as a microbatch finishes (a real
+one asks again within `NO_WORK_POLL_S`).
 """
 
 from __future__ import annotations
@@ -29,23 +36,27 @@ from dataclasses import dataclass, field
 
 from peer.concurrency import chain_seconds, microbatches_in_flight
 from peer.routing import StageRouter
-from peer.runtime import HEARTBEAT_INTERVAL_S
 from peer.trainer import MAX_ATTEMPTS_PER_CALL, NO_PEER_PATIENCE_S, NO_PEER_WAIT_S
-from server.policies.averaging import AveragingRound
+from peer.transport import transfer_timeout_s
+from server.policies.averaging import AveragingRound, push_allowance_s, round_limit_s
+from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.rate_estimate import RateEstimate
 from server.policies.rebalance import CODEC_BYTES_PER_ELEMENT, PeerLoad, choose_moves
+from server.policies.silence import Silence, silence, suspect_after_s
 from server.policies.stage_choice import choose_stage
 from server.policies.step_book import Grant, StepBook
+from server.policies.view_sample import PEERS_PER_STAGE
 from server.swarm.machine import SWARM_VIEW_REFRESH_S
 from server.swarm.membership import REBALANCE_INTERVAL_S, STATE_SOURCES
 from server.swarm.step_cycle import JOIN_HOLD_S
+from sim.averaging import Pusher, RoundOutcome, all_to_all_round, butterfly_round
 from sim.devices import PeerKind, stage_rate
 from sim.events import EventQueue
 from sim.ideal import ideal_rate
 from sim.results import Move, RunReport, SeriesRow
 from sim.scenario import Scenario
-from sim.stages import StageModel
 from sim.tally import CoordinatorTally
+from swarmhub.probe import PROBE_TIMEOUT_S
 
 READING_S = 5.0
 """How often the simulated coordinator takes a rate reading of each serving peer (the real one reads
@@ -125,6 +136,8 @@ class _Peer:
     read_served: int = 0
     rate: RateEstimate = field(default_factory=RateEstimate)
     claim: float = 0.0
+    counted: float = 0.0
+    """Its share of `SwarmSim.stage_claims` while ready (`SwarmSim._serves`)."""
     linked: bool = False
     trainer: bool = True
     """Also drives microbatches (`--trainer`, on by default)."""
@@ -140,7 +153,7 @@ class SwarmSim:
         if sc.mode == "fixed":
             raise ValueError("a fixed pipeline is simulated by sim.fixed, not SwarmSim")
         self.sc = sc
-        self.model = StageModel.of(sc.preset, sc.num_stages, sc.seq_len, sc.compression)
+        self.model = sc.stage_model()
         self.rng = random.Random(sc.seed)
         self.events = EventQueue()
         self.tally = CoordinatorTally()
@@ -151,7 +164,8 @@ class SwarmSim:
         """Ready peers per stage: what the coordinator's SwarmView lists, and trainers route to."""
         self.placed_count = [0] * self.S
         self.stage_claims = [0.0] * self.S
-        """Sum of the ready peers' claimed rates per stage, what `choose_stage` weighs."""
+        """Sum of the ready peers' rates per stage, claims capped by their links (`_serves`), what
+        `choose_stage` weighs."""
         self.loading: set[int] = set()
         self.waiting: set[int] = set()
         self.members = 0
@@ -159,6 +173,8 @@ class SwarmSim:
             step=0, target_batch_size=sc.target_batch_size, microbatch_size=sc.microbatch_size, next_sample=0
         )
         self.granted = 0
+        self.grant_cap: int | None = None
+        """`RunMachine.grant_cap`: most microbatches outstanding, as of the last reading."""
         self.phase = COLLECTING
         self.rounds: dict[int, AveragingRound] = {}
         self.pending_apply: set[int] = set()
@@ -181,6 +197,8 @@ class SwarmSim:
         self.retries = 0
         self.microbatches_failed = 0
         self.moves: list[Move] = []
+        self.step_times: list[float] = []
+        self.step_samples: list[int] = []
         self.series: list[SeriesRow] = []
         self._interval_start = 0.0
         self._interval_samples = 0
@@ -216,6 +234,8 @@ class SwarmSim:
             microbatches_failed=self.microbatches_failed,
             ideal_rate_mean=ideal_mean,
             moves=self.moves,
+            step_times=self.step_times,
+            step_samples=self.step_samples,
             series=self.series,
             coordinator=self.tally.summary(sc.duration_s),
         )
@@ -247,13 +267,10 @@ class SwarmSim:
         for when, index in sc.deaths:
             if index == initial_index:
                 self.events.at(when, self._die, p)
-        stage = self.tally.timed(
-            "choose_stage",
-            choose_stage,
-            self.stage_claims,
-            self.placed_count,
-            None,
-        )
+        if 0 <= initial_index < len(sc.stages):
+            stage = sc.stages[initial_index]
+        else:
+            stage = self.tally.timed("choose_stage", choose_stage, self.stage_claims, self.placed_count, None)
         peer.claim = self._benchmark_claim(peer)
         self._assign(p, stage)
         peer.slots = self._slots_wanted(self.concurrency) if peer.trainer else 0
@@ -267,11 +284,29 @@ class SwarmSim:
         peer.alive = False
         peer.died_at = self.now
         # Its last heartbeat came up to an interval before it died.
-        last_heartbeat = self.now - self.rng.uniform(0.0, HEARTBEAT_INTERVAL_S)
+        last_heartbeat = self.now - self.rng.uniform(0.0, self.sc.heartbeat_interval_s)
         self.events.at(last_heartbeat + self.sc.heartbeat_timeout_s, self._forget, p)
+        # The coordinator suspects it at the first tick whose silence, less the tick's own gap, passes
+        # suspicion.
+        suspect = last_heartbeat + suspect_after_s(self.sc.heartbeat_interval_s) + 2 * TICK_S
+        self.events.at(suspect, self._suspect, p, last_heartbeat)
+
+    def _suspect(self, p: int, last_heartbeat: float) -> None:
+        """`RunMachine._tick` on a silent peer: probed, a dead host's data plane never answers, and
+        the probe gives up after its timeout."""
+        verdict = silence(
+            silent_s=self.now - last_heartbeat,
+            heartbeat_interval_s=self.sc.heartbeat_interval_s,
+            heartbeat_timeout_s=self.sc.heartbeat_timeout_s,
+            probed=False,
+            reachable=True,
+            coordinator_gap_s=TICK_S,
+        )
+        if verdict == Silence.PROBE:
+            self.events.at(self.now + PROBE_TIMEOUT_S, self._forget, p)
 
     def _forget(self, p: int, _b: object) -> None:
-        """The coordinator's `_forget` after a heartbeat timeout."""
+        """The coordinator's `_forget` after a heartbeat timeout, or a silent peer's failed probe."""
         peer = self.peers[p]
         if not peer.member:
             return
@@ -289,7 +324,7 @@ class SwarmSim:
             self.microbatches_failed += 1
         if self.phase == AVERAGING:
             for stage, round_ in list(self.rounds.items()):
-                if p in round_.group:
+                if round_.restarts_without(p):
                     self._restart_round(stage, round_.without(p))
             self._maybe_record()
         elif self.phase == APPLYING:
@@ -316,7 +351,7 @@ class SwarmSim:
         peer = self.peers[p]
         if peer.ready:
             peer.ready = False
-            self.stage_claims[peer.stage] -= peer.claim
+            self.stage_claims[peer.stage] -= peer.counted
             self.view[peer.stage].discard(p)
             self._refresh_router(peer.stage)
         peer.accumulated = []
@@ -377,7 +412,8 @@ class SwarmSim:
         peer.ready = True
         peer.claim = peer.kind.flops / self.model.flops[peer.stage] * self._noise()
         self.view[peer.stage].add(p)
-        self.stage_claims[peer.stage] += peer.claim
+        peer.counted = self._serves(p)
+        self.stage_claims[peer.stage] += peer.counted
         self._refresh_router(peer.stage)
         self._send_view()
         self._pump()
@@ -392,9 +428,11 @@ class SwarmSim:
         self.routers[stage].update_links({q: peers[q].kind.bandwidth for q in ready if peers[q].linked})
 
     def _send_view(self) -> None:
-        ready = sum(len(v) for v in self.view)
+        # Every member is listed each stage's ready peers whole up to `PEERS_PER_STAGE`, else a sample
+        # of that many (`server/policies/view_sample.py`).
+        listed = sum(min(len(v), PEERS_PER_STAGE) for v in self.view)
         self.tally.sent["SwarmView"] += self.members
-        self.tally.view_endpoints += self.members * ready
+        self.tally.view_endpoints += self.members * listed
 
     # ---- trainers and grants --------------------------------------------------------------------
 
@@ -417,7 +455,10 @@ class SwarmSim:
                 self.idle.popleft()
                 continue
             grants = []
+            cap = self.grant_cap if self.grant_cap is not None else math.inf
             for _ in range(self.sc.bundle):
+                if len(self.book.outstanding) >= cap:
+                    break
                 grant = self.tally.timed("grant", self.book.grant, trainer)
                 if grant is None:
                     break
@@ -520,7 +561,8 @@ class SwarmSim:
             work = 1.0 if mb.whole else 1.0 - model.forward_share(s)
             nbytes = 1.0 - FORWARD_BYTES_SHARE
         compute = samples * work * model.flops[s] / kind.flops
-        transfer = samples * nbytes * model.bytes_per_sample[s] / kind.bandwidth
+        reply = model.reply_bytes[s][1 if mb.backward and not last else 0]
+        transfer = samples * max(nbytes * model.bytes_per_sample[s] / kind.bandwidth, reply / kind.upload)
         start = max(now + kind.latency_s, peer.free_at)
         mb.finish = start + max(compute, transfer)
         peer.free_at = mb.finish
@@ -618,21 +660,81 @@ class SwarmSim:
         self._maybe_record()
 
     def _restart_round(self, stage: int, round_: AveragingRound) -> None:
+        """Send the round's barrier, and settle now, from its members' links, how it goes: complete
+        when the last sum is in, or at the coordinator's deadline without whoever held it up."""
         self.rounds[stage] = round_
         self.tally.sent["StepBarrier"] += len(round_.group)
-        self.events.at(
-            self.now + self._averaging_s(stage, round_.group), self._averaged, stage, round_.attempt
-        )
+        outcome, limit = self._round_outcome(stage, round_.group)
+        if outcome.complete:
+            self.events.at(self.now + outcome.ends_s, self._averaged, stage, round_.attempt)
+        else:
+            self.events.at(self.now + limit, self._expired, stage, (round_.attempt, outcome))
 
-    def _averaging_s(self, stage: int, group: frozenset[int]) -> float:
-        """The round's time: its slowest member's transfers for the pattern."""
-        if len(group) < 2:
-            return 0.0
-        wire = self.model.gradient_bytes[stage] / 4 * CODEC_BYTES_PER_ELEMENT[self.sc.compression]
-        sums = len(group) - 1 if self.sc.averaging == "all-to-all" else 2.0
-        slowest = min(self.peers[p].kind.bandwidth for p in group)
-        latency = max(self.peers[p].kind.latency_s for p in group)
-        return sums * wire / slowest + 2 * latency
+    def _round_outcome(self, stage: int, group: frozenset[int]) -> tuple[RoundOutcome, float]:
+        """The round's outcome and the coordinator's deadline for it (seconds from the barrier): the
+        barrier's push allowance from the slowest link measured among the members
+        (`StepCycle._send_barrier`), each member's timeout as `Averager.average` takes it."""
+        model, peers = self.model, self.peers
+        wire = model.gradient_bytes[stage] / 4 * CODEC_BYTES_PER_ELEMENT[self.sc.compression]
+        # The coordinator sizes the allowance by an even stage's float32 sum (`_stage_gradient_bytes`).
+        stage_bytes = sum(model.gradient_bytes) / self.S
+        links = [r for p in group if (r := self._link_reading(p)) is not None]
+        allowance = push_allowance_s(stage_bytes, len(group), min(links, default=None))
+        timeout = max(transfer_timeout_s(int(wire * len(group))), allowance)
+        members = [
+            Pusher(
+                peer_id=p,
+                # Every call of the step was answered or given up on by the barrier: its upload is
+                # free (what it still computes for calls given up on is not modelled). A dead member
+                # (not forgotten yet) pushes nothing.
+                ready_s=0.0 if peers[p].alive else math.inf,
+                upload=peers[p].kind.upload,
+                download=peers[p].kind.bandwidth,
+                latency_s=peers[p].kind.latency_s,
+            )
+            for p in group
+        ]
+        exchange = all_to_all_round if self.sc.averaging == "all-to-all" else butterfly_round
+        return exchange(members, wire, timeout), round_limit_s(self.sc.averaging_deadline_s, allowance)
+
+    def _link_reading(self, p: int) -> float | None:
+        """What trainers measure of a peer's link once they called it (`LinkMeter`: a call's bytes both
+        ways over its time on the wire): its download carries the calls, its upload the replies."""
+        peer = self.peers[p]
+        if not peer.linked or peer.stage < 0:
+            return None
+        out = sum(self.model.reply_bytes[peer.stage])
+        into = max(0.0, self.model.bytes_per_sample[peer.stage] - out)
+        return (into + out) / (into / peer.kind.bandwidth + out / peer.kind.upload)
+
+    def _expired(self, stage: int, attempt_outcome: tuple[int, RoundOutcome]) -> None:
+        """`StepCycle._expire_rounds` at the round's deadline: the members that had everything report,
+        the others name whom they missed, and the round goes on without those holding it up (they copy
+        their stage again; their samples are lost), or the stage takes an empty step."""
+        attempt, outcome = attempt_outcome
+        round_ = self.rounds.get(stage)
+        if self.phase != AVERAGING or round_ is None or round_.attempt != attempt:
+            return
+        contributors = sorted(round_.group)
+        for p in sorted(outcome.reported):
+            if self.peers[p].alive:
+                self.tally.received["AveragingDone"] += 1
+                round_.report(p, attempt, contributors, self.peers[p].accumulated)
+        for reporter, targets in outcome.missed.items():
+            self.tally.received["PeerUnreachable"] += len(targets)
+            for target in targets:
+                round_.missed(reporter, target)
+        if round_.complete():
+            self._maybe_record()
+            return
+        drop = round_.going_on_without(frozenset())
+        if drop and drop != round_.group:
+            self._restart_round(stage, round_.without(*drop))
+            for p in sorted(drop):
+                self._assign(p, self.peers[p].stage)
+        else:
+            self.rounds[stage] = round_.without(*round_.group)
+        self._maybe_record()
 
     def _averaged(self, stage: int, attempt: int) -> None:
         round_ = self.rounds.get(stage)
@@ -655,7 +757,9 @@ class SwarmSim:
         )
         self.samples_committed += min(t.counted for t in summary.stage_tallies)
         self.samples_lost += summary.samples_lost
+        self.step_samples.append(summary.samples_sent - summary.samples_lost)
         self.steps += 1
+        self.step_times.append(self.now)
         self.events.at(self.now + self.sc.record_s, self._recorded)
 
     def _recorded(self, _a: object, _b: object) -> None:
@@ -754,8 +858,9 @@ class SwarmSim:
     def _tick(self, _a: object, _b: object) -> None:
         now = self.now
         tally = self.tally
-        tally.received["Heartbeat"] += round(self.members * TICK_S / HEARTBEAT_INTERVAL_S)
-        polls = round(len(self.idle) * TICK_S / NO_WORK_POLL_S) if self.phase != COLLECTING else 0
+        tally.received["Heartbeat"] += round(self.members * TICK_S / self.sc.heartbeat_interval_s)
+        # Slots left waiting were refused (the step is full, or paced): they ask again every poll.
+        polls = round(len(self.idle) * TICK_S / NO_WORK_POLL_S)
         tally.received["WorkRequest"] += polls
         tally.sent["NoWork"] += polls
         step = round(now / TICK_S)
@@ -773,8 +878,10 @@ class SwarmSim:
         self.events.at(now + TICK_S, self._tick)
 
     def _take_readings(self) -> None:
-        """`Member.take_reading` for each serving peer that served since its last reading."""
+        """`Member.take_reading` for each serving peer that served since its last reading; and the
+        grant cap at the rates the peers serve (`RunMachine` recomputes it with every swarm view)."""
         model = self.model
+        served = [0.0] * self.S
         for s in range(self.S):
             for p in self.view[s]:
                 peer = self.peers[p]
@@ -782,7 +889,16 @@ class SwarmSim:
                     peer.claim = peer.kind.flops / model.flops[s] * self._noise()
                     peer.rate = peer.rate.observe(peer.claim)
                     peer.read_served = peer.served
-            self.stage_claims[s] = sum(self.peers[p].claim for p in self.view[s])
+                peer.counted = self._serves(p)
+                served[s] += peer.counted
+            self.stage_claims[s] = served[s]
+        self.grant_cap = outstanding_cap(served, [len(v) for v in self.view], self.sc.microbatch_size)
+
+    def _serves(self, p: int) -> float:
+        """What the coordinator counts a ready peer at: its claim, capped by its link once measured."""
+        peer = self.peers[p]
+        link = peer.kind.bandwidth if peer.linked else None
+        return served_rate(peer.claim, link, self.model.bytes_per_sample[peer.stage])
 
     def _close_interval(self, now: float) -> None:
         length = now - self._interval_start

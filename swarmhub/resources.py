@@ -66,21 +66,59 @@ class MemoryEstimate:
 def estimate_memory(
     preset: ModelPreset, *, num_stages: int, microbatch_size: int, seq_len: int, optimizer: str
 ) -> MemoryEstimate:
-    """An estimate of a peer's peak memory for a run, from its preset, microbatch, seq_len and stage size."""
-    params = largest_stage_parameters(preset, num_stages)
+    """An estimate of a peer's peak memory for a run, from its preset, microbatch, seq_len and stage size.
+    A peer may be given any stage, so the largest stage's parameters, the most blocks of any stage and
+    the head's logits count together."""
     blocks = max(stage_blocks(preset.n_layer, num_stages, s) for s in range(num_stages))
+    return _estimate(
+        preset,
+        params=largest_stage_parameters(preset, num_stages),
+        blocks=blocks,
+        head=True,
+        microbatch_size=microbatch_size,
+        seq_len=seq_len,
+        optimizer=optimizer,
+    )
+
+
+def estimate_stage_memory(
+    preset: ModelPreset, *, stage: int, num_stages: int, microbatch_size: int, seq_len: int, optimizer: str
+) -> MemoryEstimate:
+    """The same estimate for a peer serving `stage` only: its own parameters and blocks, the logits only
+    on the last stage."""
+    return _estimate(
+        preset,
+        params=stage_parameters(preset, num_stages, stage),
+        blocks=stage_blocks(preset.n_layer, num_stages, stage),
+        head=stage == num_stages - 1,
+        microbatch_size=microbatch_size,
+        seq_len=seq_len,
+        optimizer=optimizer,
+    )
+
+
+def _estimate(
+    preset: ModelPreset,
+    *,
+    params: int,
+    blocks: int,
+    head: bool,
+    microbatch_size: int,
+    seq_len: int,
+    optimizer: str,
+) -> MemoryEstimate:
     tokens = microbatch_size * seq_len
     # Per block, autograd keeps about 16 d-wide tensors per token (attention projections, MLP's 4d
     # hidden and its activation, LayerNorms, residuals) and the attention scores and probabilities.
     per_block = tokens * 16 * preset.d_model + 2 * microbatch_size * preset.n_head * seq_len * seq_len
     # The last stage's logits, their softmax and their gradient; the call's input, output and grad.
-    head = 3 * tokens * preset.vocab_size
+    logits = 3 * tokens * preset.vocab_size if head else 0
     io = 4 * tokens * preset.d_model
     return MemoryEstimate(
         parameters=FLOAT_BYTES * params,
         optimizer=FLOAT_BYTES * OPTIMIZER_MOMENTS[optimizer] * params,
         gradients=FLOAT_BYTES * 3 * params,
-        activations=FLOAT_BYTES * (blocks * per_block + head + io),
+        activations=FLOAT_BYTES * (blocks * per_block + logits + io),
     )
 
 

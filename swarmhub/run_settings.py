@@ -8,10 +8,20 @@ these fields produce, so each field's default, bounds and docstring here are wha
 from __future__ import annotations
 
 import re
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from swarmhub import setting_messages as say
 from swarmhub.datasets import BUNDLED_DATASET, DATASET_ID_PATTERN
 from swarmhub.presets import PRESETS
 from swarmhub.resources import MAX_ACTIVATION_ELEMENTS, activation_elements
@@ -62,30 +72,50 @@ class RunSettings(BaseModel):
     """Share of stage calls a trainer also sends to a second peer of the stage to compare results;
     a mismatch is arbitrated by a third peer and the peer found wrong is banned (0 turns checks off)."""
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Self:
+    @model_validator(mode="wrap")
+    @classmethod
+    def _in_plain_words(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        """Every refusal in the words of `swarmhub/setting_messages.py`, at the setting it is about
+        (the checks that relate settings to each other and to the preset too), so that an API client
+        and the dashboard's form place and phrase them alike."""
+        try:
+            settings = handler(data)
+        except ValidationError as exc:
+            raise ValidationError.from_exception_data(
+                exc.title, [_reworded(error) for error in exc.errors()]
+            ) from None
+        problems = settings._inconsistencies()
+        if problems:
+            raise ValidationError.from_exception_data(
+                cls.__name__,
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError("run_settings", message),
+                        loc=(field,),
+                        input=getattr(settings, field),
+                    )
+                    for field, message in problems.items()
+                ],
+            )
+        return settings
+
+    def _inconsistencies(self) -> dict[str, str]:
+        """Settings that are each within bounds but do not go together (or with the preset)."""
         preset = PRESETS.get(self.model_preset)
         if preset is None:
-            raise ValueError(
-                f"unknown model_preset {self.model_preset!r}; choose one of {', '.join(PRESETS)}"
-            )
+            return {"model_preset": say.unknown_preset(self.model_preset, list(PRESETS))}
+        problems: dict[str, str] = {}
         if self.num_stages > preset.n_layer:
-            raise ValueError(
-                f"num_stages must be at most {preset.n_layer}:"
-                f" preset {preset.name!r} has {preset.n_layer} blocks"
-            )
+            problems["num_stages"] = say.stages_over_blocks(preset.n_layer, preset.name)
         if self.seq_len > preset.max_seq_len:
-            raise ValueError(f"seq_len must be at most {preset.max_seq_len} for preset {preset.name!r}")
-        elements = activation_elements(preset, self.microbatch_size, self.seq_len)
-        if elements > MAX_ACTIVATION_ELEMENTS:
-            raise ValueError(
-                f"microbatch_size x seq_len x d_model is {self.microbatch_size} x {self.seq_len} x"
-                f" {preset.d_model} = {elements:,}, over the limit of {MAX_ACTIVATION_ELEMENTS:,}"
-                " (every peer would have to hold activations of that size): lower microbatch_size or seq_len"
+            problems["seq_len"] = say.seq_len_over(preset.max_seq_len, preset.name)
+        elif activation_elements(preset, self.microbatch_size, self.seq_len) > MAX_ACTIVATION_ELEMENTS:
+            problems["microbatch_size"] = say.activations_too_large(
+                self.microbatch_size, self.seq_len, preset.d_model, MAX_ACTIVATION_ELEMENTS
             )
         if self.target_batch_size % self.microbatch_size:
-            raise ValueError("target_batch_size must be a multiple of microbatch_size")
-        return self
+            problems["target_batch_size"] = say.not_a_multiple(self.microbatch_size)
+        return problems
 
     @field_validator("dataset")
     @classmethod
@@ -98,3 +128,19 @@ class RunSettings(BaseModel):
                 " (64 hex digits); paths on the participants' machines are not accepted"
             )
         return dataset
+
+
+def _reworded(error: Any) -> InitErrorDetails:
+    """A field's error with the form's words where it has them; pydantic's own for the rest."""
+    field = str(error["loc"][-1]) if error["loc"] else ""
+    ctx = error.get("ctx", {})
+    if error["type"] == "value_error":
+        message: str | None = str(ctx["error"])
+    else:
+        message = say.bound_message(error["type"], ctx, field)
+    details = InitErrorDetails(type=error["type"], loc=error["loc"], input=error["input"])
+    if message is not None:
+        details["type"] = PydanticCustomError("run_settings", message)
+    elif ctx:
+        details["ctx"] = ctx
+    return details

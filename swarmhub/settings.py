@@ -24,6 +24,9 @@ class ServerSettings(BaseSettings):
     proxy's https URL); join commands name it. Empty: the URL this coordinator listens on."""
     heartbeat_timeout_s: float = Field(default=15.0, gt=0)
     """A peer whose heartbeats stop for this long is marked lost."""
+    heartbeat_interval_s: float = Field(default=1.0, gt=0, le=60)
+    """How often peers send a heartbeat (they are told so when they connect). Each is a message the
+    coordinator handles: thousands of peers call for a longer interval (docs/operations.md)."""
     checkpoint_dir: Path = Path("var/checkpoints")
     """Where stage checkpoints uploaded by peers are stored."""
     dataset_dir: Path = Path("var/datasets")
@@ -44,6 +47,12 @@ class ServerSettings(BaseSettings):
     """How many of a run's newest complete checkpoint steps to keep; older steps' files are deleted."""
     frontend_dir: Path | None = None
     """Built dashboard (frontend/dist); served at / when present."""
+    peer_package_dir: Path = Path("var/peer-package")
+    """Where the peer package participants install (a wheel of this coordinator's own code, built on
+    first download; `server/peer_package.py`) is kept."""
+    peer_package_source: Path | None = None
+    """The SwarmHub source tree (with pyproject.toml) the peer package is built from; default: the
+    checkout this coordinator runs from, else the current directory if it holds one."""
     cookie_secure: bool = False
     """Mark session cookies Secure; turn on behind a reverse proxy that serves HTTPS (always on when
     the coordinator serves TLS itself)."""
@@ -57,6 +66,8 @@ class ServerSettings(BaseSettings):
     session_days: int = Field(default=14, gt=0)
     session_idle_minutes: float = Field(default=720.0, gt=0)
     """A session unused for this long ends (expired sessions are purged periodically)."""
+    invitation_hours: float = Field(default=72.0, gt=0)
+    """How long an invitation or password-reset link an admin issues stays usable (once)."""
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     """Largest request body the API reads; checkpoint and dataset uploads stream and have their own limits."""
     password_hash_concurrency: int = Field(default=2, ge=1)
@@ -71,6 +82,17 @@ class ServerSettings(BaseSettings):
     boundary of that step (averaged: before the step is written; recorded: written, no update sent;
     applying: updates sent; opened: the next step opened), as a killed coordinator would."""
 
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    """How long one webhook delivery attempt may take (connect, send, answer) before it counts as failed."""
+    webhook_max_attempts: int = Field(default=8, ge=1)
+    """Attempts per delivery before it is given up (marked failed in the delivery log)."""
+    webhook_backoff_base_s: float = Field(default=10.0, gt=0)
+    """The wait after a first failed attempt; it doubles after each further failure, up to the cap."""
+    webhook_backoff_cap_s: float = Field(default=3600.0, gt=0)
+    """The longest wait between two attempts of one delivery."""
+    webhook_concurrency: int = Field(default=8, ge=1)
+    """How many webhook deliveries are in flight at once (a slow receiver holds only its own)."""
+
     def join_url(self) -> str:
         """The coordinator URL a join command names: `public_url`, else where it listens (with this
         machine's host name in place of a wildcard address, which no other machine can dial)."""
@@ -84,6 +106,16 @@ class ServerSettings(BaseSettings):
     def _tls_pair(self) -> Self:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("give both tls_cert and tls_key (--tls-cert, --tls-key), or neither")
+        return self
+
+    @model_validator(mode="after")
+    def _heartbeats_fit_the_timeout(self) -> Self:
+        # One late or lost heartbeat must not get a live peer marked lost.
+        if self.heartbeat_timeout_s < 3 * self.heartbeat_interval_s:
+            raise ValueError(
+                f"heartbeat_timeout_s ({self.heartbeat_timeout_s:g}) must be at least three heartbeat"
+                f" intervals (3 x {self.heartbeat_interval_s:g} s)"
+            )
         return self
 
     @property

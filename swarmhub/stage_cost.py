@@ -63,10 +63,8 @@ def stage_flops(preset: ModelPreset, num_stages: int, seq_len: int) -> list[floa
     are a lookup and an add (d); the head is the d x vocabulary product plus the softmax and loss
     over the vocabulary (about one operation per logit). A multiply-add is two FLOPs.
     """
-    if seq_len < 1:
-        raise ValueError(f"seq_len must be positive, got {seq_len}")
     d, vocab = preset.d_model, preset.vocab_size
-    block = 12 * d * d + d * (seq_len + 1)
+    block = _block_per_token(preset, seq_len)
     costs = []
     for stage, blocks in enumerate(_blocks(preset, num_stages)):
         per_token = blocks * block
@@ -76,3 +74,24 @@ def stage_flops(preset: ModelPreset, num_stages: int, seq_len: int) -> list[floa
             per_token += d * vocab + vocab
         costs.append(float(TRAINING_PASSES * 2 * per_token * seq_len))
     return costs
+
+
+def _block_per_token(preset: ModelPreset, seq_len: int) -> int:
+    """Multiply-adds per token of one block's forward (see `stage_flops`)."""
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be positive, got {seq_len}")
+    d = preset.d_model
+    return 12 * d * d + d * (seq_len + 1)
+
+
+def stage_rate_from_block(
+    block_rate: float, preset: ModelPreset, num_stages: int, seq_len: int, stage: int
+) -> float:
+    """A device's samples/s on `stage`, from its samples/s through one block (the start-up benchmark).
+
+    By cost, not block count: the last stage's vocabulary head can cost several blocks, and a peer that
+    claimed a block count's rate there (until its calls are measured) would be sent several times the
+    calls it serves, which then queue past their callers' timeouts.
+    """
+    block = float(TRAINING_PASSES * 2 * _block_per_token(preset, seq_len) * seq_len)
+    return block_rate * block / stage_flops(preset, num_stages, seq_len)[stage]

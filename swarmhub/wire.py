@@ -8,6 +8,7 @@ peer to peer over the data plane (`peer/frames.py`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -160,7 +161,11 @@ class ServedCall(Message):
     samples: int = Field(ge=1, le=MAX_INT)
     seconds: float = Field(gt=0, le=3600)
     compute_seconds: float = Field(default=0.0, ge=0, le=3600, allow_inf_nan=False)
-    """Of `seconds`, what the serving peer says it spent computing (the rest: transfer and queueing)."""
+    """Of `seconds`, what the serving peer says it spent computing."""
+    network_seconds: float = Field(default=0.0, ge=0, le=3600, allow_inf_nan=False)
+    """Of `seconds`, the network's: the trainer's wait less the time the call spent inside the serving
+    peer (its reply's `server_s`), so transfers and the trainer's own framing; ~0 for a call served
+    in process. The rest of `seconds` beyond compute is queueing and framing at the serving peer."""
 
 
 class MicrobatchDone(Message):
@@ -318,6 +323,8 @@ class Welcome(Message):
     data_key: str
     """The run's public ticket key (hex Ed25519): the peer accepts a data-plane frame only with a ticket
     it signed (`swarmhub/tickets.py`). Never the run's secret."""
+    heartbeat_interval_s: float = Field(default=1.0, gt=0, le=60)
+    """How often the coordinator wants a heartbeat from this peer."""
 
 
 class StageAssignment(Message):
@@ -340,12 +347,41 @@ class StageAssignment(Message):
     party to a dispute cannot hand its referee wrong weights."""
 
 
+MAX_VIEW_PEERS = 64 * 32
+"""Endpoints one swarm view may list: every stage (`StageIndex`) at most
+`server.policies.view_sample.PEERS_PER_STAGE`."""
+
+
+class StageTotal(Message):
+    """All of one stage's ready peers, of which a swarm view may list only a sample."""
+
+    peers: Count
+    measured: Count
+    """How many of them have measured a rate (throughput above 0)."""
+    rate: Annotated[float, Field(ge=0, le=1e12)]
+    """Their throughputs summed (samples per second)."""
+
+    @classmethod
+    def of(cls, endpoints: Iterable[PeerEndpoint]) -> StageTotal:
+        """The totals of a stage whose ready peers are `endpoints`."""
+        rates = [e.throughput for e in endpoints]
+        return cls(peers=len(rates), measured=sum(1 for r in rates if r > 0), rate=sum(rates))
+
+
 class SwarmView(Message):
-    """Every live peer of the run, pushed whenever it changes and periodically."""
+    """The run's ready peers as one member sees them, pushed whenever they change and periodically:
+    each stage's peers whole up to `PEERS_PER_STAGE`, else a sample of that many dealt to this
+    member's group (`server/policies/view_sample.py`), and every stage's totals."""
 
     type: Literal["swarm"] = "swarm"
     step: int
-    peers: list[PeerEndpoint]
+    peers: list[PeerEndpoint] = Field(max_length=MAX_VIEW_PEERS)
+    stages: list[StageTotal] = Field(default_factory=list, max_length=64)
+    """Per stage, in stage order. Empty (a coordinator from before samples): `peers` is the whole
+    swarm."""
+    omits_recipient: bool = False
+    """The recipient is ready to serve its stage, but `peers` (a sample of that stage) leaves it out:
+    its trainer routes to itself all the same. A stage listed whole lists the recipient iff ready."""
 
 
 class WorkGrant(Message):
@@ -373,6 +409,10 @@ class StepBarrier(Message):
     attempt: int
     stage: int
     group: list[PeerEndpoint]
+    push_timeout_s: float | None = Field(default=None, gt=0)
+    """How long members give the exchange before giving up on a member
+    (`server.policies.averaging.push_allowance_s`): longer than a peer assumes on its own when a
+    member's link was measured slower. None: the peer's own allowance."""
 
 
 class ApplyStep(Message):
@@ -497,3 +537,6 @@ class PeerRegistered(Message):
     control_url_path: str = "/ws/peer"
     address: str
     """The data-plane address the coordinator recorded for this peer: what the others will dial."""
+    contribution_token: str = ""
+    """The key to this peer's contribution page (`#/contribution/<token>` on the coordinator's
+    dashboard), which the peer prints for its participant; empty from a coordinator without one."""

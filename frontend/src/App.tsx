@@ -8,6 +8,9 @@ import { CreateRunPage } from "./pages/CreateRunPage";
 import { RunPage } from "./pages/RunPage";
 import { AdminPage } from "./pages/AdminPage";
 import { AccountPage } from "./pages/AccountPage";
+import { ComparePage } from "./pages/ComparePage";
+import { InvitePage } from "./pages/InvitePage";
+import { ContributionPage } from "./pages/ContributionPage";
 
 export function App() {
   const [user, setUser] = useState<UserOut | null | undefined>(undefined);
@@ -39,6 +42,12 @@ export function App() {
   }
 
   if (user === undefined) return <div className="loading">Loading…</div>;
+  if (route.page === "invite") {
+    // Someone signed in here who opens a link for another account leaves theirs to sign in as it.
+    const toSignIn = user ? () => void logout() : () => navigate("/");
+    return <InvitePage token={route.token} onSignIn={toSignIn} />;
+  }
+  if (route.page === "contribution") return <ContributionPage token={route.token} />;
   if (user === null) return <LoginPage onSignedIn={setUser} />;
 
   return (
@@ -65,10 +74,11 @@ export function App() {
       <main>
         {route.page === "runs" && <RunsPage user={user} />}
         {route.page === "new-run" && <CreateRunPage />}
-        {route.page === "run" && <RunPage key={route.runId} runId={route.runId} />}
+        {route.page === "run" && <RunPage key={route.runId} runId={route.runId} user={user} />}
         {route.page === "admin" &&
           (user.role === "admin" ? <AdminPage me={user} /> : <p className="error">Admins only.</p>)}
         {route.page === "account" && <AccountPage user={user} />}
+        {route.page === "compare" && <ComparePage runIds={route.runIds} user={user} />}
         {route.page === "not-found" && <p>No page at {route.path}.</p>}
       </main>
     </>

@@ -24,6 +24,8 @@ export const EVENT_STYLES: Record<string, EventStyle> = {
   spot_check_referee: { icon: "⚖", tone: "plain", label: "trusted verifier brought in to referee a spot check" },
   spot_check_unresolved: { icon: "?", tone: "warn", label: "spot check left unsettled" },
   peer_banned: { icon: "⊘", tone: "bad", label: "peer banned" },
+  run_stalled: { icon: "⏸", tone: "bad", label: "run stalled: nothing trains" },
+  run_recovered: { icon: "▶", tone: "ok", label: "run training again" },
 };
 
 const PLAIN: Omit<EventStyle, "label"> = { icon: "•", tone: "plain" };

@@ -1,5 +1,6 @@
 // Hash routing (#/runs/3): the coordinator serves one index.html and needs no fallback routes.
 import { useEffect, useState } from "react";
+import { parseRunIds } from "./settingsDiff";
 
 export type Route =
   | { page: "runs" }
@@ -7,6 +8,9 @@ export type Route =
   | { page: "run"; runId: number }
   | { page: "admin" }
   | { page: "account" }
+  | { page: "compare"; runIds: number[] }
+  | { page: "invite"; token: string }
+  | { page: "contribution"; token: string }
   | { page: "not-found"; path: string };
 
 export function parseRoute(hash: string): Route {
@@ -17,6 +21,14 @@ export function parseRoute(hash: string): Route {
   if (run) return { page: "run", runId: Number(run[1]) };
   if (path === "/admin") return { page: "admin" };
   if (path === "/account") return { page: "account" };
+  // Run comparison: #/compare?runs=1,2,3
+  if (path === "/compare" || path.startsWith("/compare?")) return { page: "compare", runIds: parseRunIds(path) };
+  // Invitation and password-reset links (#/invite/<token>), opened signed in or not.
+  const invite = /^\/invite\/([A-Za-z0-9_-]+)$/.exec(path);
+  if (invite) return { page: "invite", token: invite[1] };
+  // A participant's own contribution (#/contribution/<token>): the link its peer printed; no sign-in.
+  const contribution = /^\/contribution\/([A-Za-z0-9_-]+)$/.exec(path);
+  if (contribution) return { page: "contribution", token: contribution[1] };
   return { page: "not-found", path };
 }
 

@@ -1,19 +1,23 @@
 // Where a run's steps spend their time, from their per-step metrics (GET /api/runs/{id}/metrics):
-// four parts that add up to one whole step, from the previous step's averaging to this one's.
-// Compute is the serving peers' mean busy time while the step collected its samples; waiting is
-// the rest of that (transfers, queueing, idle slots); averaging runs from the barrier to every
-// stage's round complete; the coordinator's part is recording, applying and opening the step.
+// five parts that add up to one whole step, from the previous step's averaging to this one's.
+// Compute is the serving peers' mean busy time while the step collected its samples, network the
+// mean time their calls spent in transit; waiting is the rest of that (queueing, idle slots,
+// failures); averaging runs from the barrier to every stage's round complete; the coordinator's
+// part is recording, applying and opening the step.
 import type { MetricOut } from "./generated/api";
 import { BoundedSeries } from "./series";
 
 export const TIME_PARTS = [
   { name: "time_compute_s", label: "compute", color: "#2563eb" },
+  { name: "time_network_s", label: "network", color: "#9333ea" },
   { name: "time_waiting_s", label: "waiting on peers", color: "#f59e0b" },
   { name: "time_averaging_s", label: "averaging", color: "#16a34a" },
   { name: "time_coordinator_s", label: "coordinator", color: "#9ca3af" },
 ] as const;
 
 const NAMES: readonly string[] = TIME_PARTS.map((part) => part.name);
+/** Steps recorded before the network part was split out have none: their network is in waiting. */
+const OPTIONAL: readonly string[] = ["time_network_s"];
 
 export interface PartShare {
   label: string;
@@ -34,7 +38,7 @@ export interface TimeShares {
 }
 
 export class StepTimes {
-  /** Per step: the four parts' seconds, in TIME_PARTS order. */
+  /** Per step: the parts' seconds, in TIME_PARTS order. */
   readonly series: BoundedSeries;
   private recent: { step: number; parts: number[] }[] = [];
   /** How many of the newest steps the shares are taken over. */
@@ -45,8 +49,9 @@ export class StepTimes {
     this.series = new BoundedSeries(recentLimit, olderLimit);
   }
 
-  /** Add whole steps' metrics, oldest first; steps without all four parts (recorded by a coordinator
-   * that did not split them) and steps already added are skipped. */
+  /** Add whole steps' metrics, oldest first; steps without the parts (recorded by a coordinator that
+   * did not split them) and steps already added are skipped; a step without only the optional ones
+   * has them at 0. */
   add(metrics: MetricOut[]): void {
     const steps = new Map<number, Map<string, number>>();
     for (const metric of metrics) {
@@ -56,8 +61,8 @@ export class StepTimes {
       steps.set(metric.step, values);
     }
     for (const [step, values] of [...steps].sort(([a], [b]) => a - b)) {
-      if (values.size < NAMES.length) continue;
-      const parts = NAMES.map((name) => values.get(name) as number);
+      if (NAMES.some((name) => !values.has(name) && !OPTIONAL.includes(name))) continue;
+      const parts = NAMES.map((name) => values.get(name) ?? 0);
       if (!this.series.push({ step, values: parts })) continue;
       this.recent.push({ step, parts });
       if (this.recent.length > this.window) this.recent.shift();

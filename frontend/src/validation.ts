@@ -1,10 +1,11 @@
-// Client-side checks for the create-run form. The server validates again; its 422 messages are
-// mapped onto the same fields (see api.ts parseErrorBody). Defaults and bounds come from the
-// server's RunSettings (generated/run-settings.ts); only the checks that depend on the chosen
-// preset, and the batch sizes' relation, are written here.
+// Client-side checks for the create-run form. The server validates again and says the same words
+// at the same fields (settingMessages.ts; api.ts parseErrorBody maps its 422). Defaults and bounds
+// come from the server's RunSettings (generated/run-settings.ts); only the checks that depend on the
+// chosen preset, and the batch sizes' relation, are written here.
 import { percentOf } from "./format";
 import type { PresetOut as Preset, RunCreate } from "./generated/api";
 import { RUN_SETTINGS, type RunSetting } from "./generated/run-settings";
+import * as say from "./settingMessages";
 
 export type RunForm = Record<keyof RunCreate, string>;
 export type FieldErrors = Partial<Record<keyof RunCreate | string, string>>;
@@ -53,82 +54,83 @@ function decimal(value: string): number | null {
   return Number.isFinite(n) ? n : null;
 }
 
-/** The message for a number outside the setting's bounds; `max` may be tighter than the schema's. */
-function outOfBounds(n: number, setting: RunSetting, max = setting.maximum ?? Infinity): string | null {
+/** The message for a number outside the setting's bounds (in percent for a percent setting). */
+function outOfBounds(n: number, setting: RunSetting, percent = false): string | null {
   if (setting.exclusiveMinimum !== undefined && n <= setting.exclusiveMinimum)
-    return `Must be greater than ${setting.exclusiveMinimum}.`;
-  if (setting.minimum !== undefined && n < setting.minimum) return `Must be at least ${setting.minimum}.`;
+    return say.greaterThan(setting.exclusiveMinimum, percent);
+  if (setting.minimum !== undefined && n < setting.minimum) return say.atLeast(setting.minimum, percent);
   if (setting.exclusiveMaximum !== undefined && n >= setting.exclusiveMaximum)
-    return `Must be less than ${setting.exclusiveMaximum}.`;
-  if (n > max) return `Must be at most ${max}.`;
+    return say.lessThan(setting.exclusiveMaximum, percent);
+  if (setting.maximum !== undefined && n > setting.maximum) return say.atMost(setting.maximum, percent);
   return null;
 }
 
-/** Check the form; returns the request body or the per-field messages. */
+/** Check the form; returns the request body or the per-field messages, in the server's words. */
 export function validateRunForm(
   form: RunForm,
   preset: Preset | undefined,
 ): { body: RunCreate; errors: null } | { body: null; errors: FieldErrors } {
   const errors: FieldErrors = {};
   const fail = (field: keyof RunCreate, message: string | null): void => {
-    if (message !== null) errors[field] = message;
+    if (message !== null && !errors[field]) errors[field] = message;
   };
-  /** A whole number within the setting's bounds and at most `presetMax` where the preset limits it. */
-  const int = (field: keyof RunCreate, presetMax?: number): number => {
+  const int = (field: keyof RunCreate): number => {
     const n = integer(form[field]);
-    const setting = runSetting(field);
-    const max = Math.min(presetMax ?? Infinity, setting.maximum ?? Infinity);
-    fail(field, n === null ? "Enter a whole number." : outOfBounds(n, setting, max));
+    fail(field, n === null ? say.WHOLE_NUMBER : outOfBounds(n, runSetting(field)));
     return n ?? 0;
   };
-  const text = (field: keyof RunCreate, missing: string): string => {
+  const num = (field: keyof RunCreate): number => {
+    const percent = PERCENT_FIELDS.has(field);
+    const n = decimal(form[field]);
+    fail(field, n === null ? say.NUMBER : outOfBounds(n, percent ? percentSetting(field) : runSetting(field), percent));
+    return n ?? 0;
+  };
+  const text = (field: keyof RunCreate): string => {
     const value = form[field].trim();
     const maxLength = runSetting(field).maxLength;
-    if (!value) errors[field] = missing;
-    else if (maxLength !== undefined && value.length > maxLength) errors[field] = `At most ${maxLength} characters.`;
+    if (!value) fail(field, say.MISSING[field] ?? "Required.");
+    else if (maxLength !== undefined && value.length > maxLength) fail(field, say.tooLong(maxLength));
     return value;
   };
-  const choice = (field: keyof RunCreate, missing: string): void => {
-    if (!runSetting(field).enum?.includes(form[field])) errors[field] = missing;
+  const choice = (field: keyof RunCreate): void => {
+    const options = runSetting(field).enum ?? [];
+    if (!options.includes(form[field])) fail(field, say.choices(options));
   };
 
-  const name = text("name", "Give the run a name.");
-  const modelPreset = text("model_preset", "Choose a model preset.");
-  const dataset = text("dataset", "Choose a dataset (python-stdlib or one you uploaded).");
+  const name = text("name");
+  const modelPreset = text("model_preset");
+  const dataset = text("dataset");
 
-  const numStages = int("num_stages", preset?.n_layer);
+  const numStages = int("num_stages");
   const target = int("target_batch_size");
   const micro = int("microbatch_size");
-  if (!errors.microbatch_size && !errors.target_batch_size) {
-    if (micro > target) errors.microbatch_size = "Cannot exceed the target batch size.";
-    else if (target % micro !== 0)
-      errors.target_batch_size = `Must be a multiple of the microbatch size (${micro}).`;
+  const seqLen = int("seq_len");
+  // The checks against the preset and between settings, as the server's RunSettings makes them.
+  if (preset) {
+    if (!errors.num_stages && numStages > preset.n_layer)
+      fail("num_stages", say.stagesOverBlocks(preset.n_layer, preset.name));
+    if (!errors.seq_len && seqLen > preset.max_seq_len)
+      fail("seq_len", say.seqLenOver(preset.max_seq_len, preset.name));
+    else if (
+      !errors.seq_len &&
+      !errors.microbatch_size &&
+      micro * seqLen * preset.d_model > preset.max_activation_elements
+    )
+      fail("microbatch_size", say.activationsTooLarge(micro, seqLen, preset.d_model, preset.max_activation_elements));
   }
-  const seqLen = int("seq_len", preset?.max_seq_len);
+  if (!errors.microbatch_size && !errors.target_batch_size && target % micro !== 0)
+    fail("target_batch_size", say.notAMultiple(micro));
   const warmup = int("warmup_steps");
   const seed = int("seed");
-
-  const lr = decimal(form.learning_rate);
-  const lrSetting = runSetting("learning_rate");
-  if (lr === null) fail("learning_rate", "Enter a number, e.g. 3e-4.");
-  else if (lr > (lrSetting.maximum ?? Infinity)) fail("learning_rate", "That learning rate is far too large.");
-  else fail("learning_rate", outOfBounds(lr, lrSetting));
-  const wd = decimal(form.weight_decay);
-  const wdSetting = runSetting("weight_decay");
-  if (wd === null) fail("weight_decay", "Enter a number.");
-  else if (wdSetting.minimum === 0 && wd < 0) fail("weight_decay", "Cannot be negative.");
-  else fail("weight_decay", outOfBounds(wd, wdSetting));
-
-  const spotCheckPercent = decimal(form.spot_check_fraction);
-  if (spotCheckPercent === null) fail("spot_check_fraction", "Enter a percentage, e.g. 2 (0 turns checks off).");
-  else if (spotCheckPercent < 0) fail("spot_check_fraction", "Cannot be negative.");
-  else fail("spot_check_fraction", outOfBounds(spotCheckPercent, percentSetting("spot_check_fraction")));
+  const lr = num("learning_rate");
+  const wd = num("weight_decay");
+  const spotCheckPercent = num("spot_check_fraction");
 
   let maxSteps: number | null = null;
   if (form.max_steps.trim() !== "") maxSteps = int("max_steps");
 
-  choice("optimizer", "Choose an optimizer.");
-  choice("compression", "Choose a compression.");
+  choice("optimizer");
+  choice("compression");
 
   if (Object.keys(errors).length > 0) return { body: null, errors };
   return {
@@ -142,14 +144,14 @@ export function validateRunForm(
       microbatch_size: micro,
       seq_len: seqLen,
       optimizer: form.optimizer as RunCreate["optimizer"],
-      learning_rate: lr as number,
+      learning_rate: lr,
       warmup_steps: warmup,
-      weight_decay: wd as number,
+      weight_decay: wd,
       compression: form.compression as RunCreate["compression"],
       max_steps: maxSteps,
       seed,
       rebalance: form.rebalance === "true",
-      spot_check_fraction: (spotCheckPercent as number) / 100,
+      spot_check_fraction: spotCheckPercent / 100,
     },
   };
 }
@@ -158,10 +160,7 @@ export function validateRunForm(
  * Place server messages that carry no field location (FastAPI puts a model validator's errors at
  * loc ["body"]) next to the form field they name first, e.g. "seq_len must be at most 256 ...".
  */
-export function placeMessages(
-  messages: string[],
-  fieldNames: string[],
-): { fields: FieldErrors; rest: string[] } {
+export function placeMessages(messages: string[], fieldNames: string[]): { fields: FieldErrors; rest: string[] } {
   const fields: FieldErrors = {};
   const rest: string[] = [];
   for (const message of messages) {

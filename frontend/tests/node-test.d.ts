@@ -8,7 +8,11 @@ declare module "node:assert/strict" {
     equal(actual: unknown, expected: unknown, message?: string): void;
     deepEqual(actual: unknown, expected: unknown, message?: string): void;
     ok(value: unknown, message?: string): asserts value;
+    throws(fn: () => unknown, message?: string): void;
   }
   const assert: Assert;
   export default assert;
+}
+declare module "node:fs" {
+  export function readFileSync(path: string, encoding: "utf8"): string;
 }

@@ -6,6 +6,8 @@ import { CheckCosts, wholeSteps } from "../src/checks";
 import { formatBytes, formatSeconds, linkRows, percentOf } from "../src/format";
 import { EVENT_STYLES, eventStyle } from "../src/events";
 import { backoffDelay } from "../src/feed";
+import { expiresIn, invitationUrl } from "../src/invite";
+import { parseRoute } from "../src/router";
 import type { MetricOut, PresetOut } from "../src/generated/api";
 import { RUN_SETTINGS } from "../src/generated/run-settings";
 import { BoundedSeries, StepRate, formatDuration } from "../src/series";
@@ -81,6 +83,7 @@ test("client-side run validation", () => {
     n_layer: 4,
     n_head: 4,
     max_seq_len: 256,
+    max_activation_elements: 1 << 24,
   };
   const ok = validateRunForm({ ...DEFAULT_FORM, name: "r" }, tiny);
   assert.ok(ok.body);
@@ -111,6 +114,7 @@ test("run validation takes its bounds from RunSettings and the preset's from the
     n_layer: 1000,
     n_head: 4,
     max_seq_len: 4096,
+    max_activation_elements: 1 << 30,
   };
   const check = (changes: Partial<typeof DEFAULT_FORM>) => {
     const result = validateRunForm({ ...DEFAULT_FORM, name: "r", ...changes }, big);
@@ -122,19 +126,19 @@ test("run validation takes its bounds from RunSettings and the preset's from the
   // The preset has more blocks than the schema allows stages: the schema's maximum wins.
   assert.equal(check({ num_stages: String(stages.maximum + 1) }).num_stages, `Must be at most ${stages.maximum}.`);
   assert.equal(check({ seq_len: "7" }).seq_len, `Must be at least ${RUN_SETTINGS.seq_len.minimum}.`);
-  assert.equal(check({ seq_len: "4097" }).seq_len, "Must be at most 4096.");
+  assert.equal(check({ seq_len: "4097" }).seq_len, "Must be at most 4096 for preset 'big'.");
   assert.equal(check({ learning_rate: "0" }).learning_rate, "Must be greater than 0.");
   assert.equal(
     check({ learning_rate: String(RUN_SETTINGS.learning_rate.maximum * 2) }).learning_rate,
-    "That learning rate is far too large.",
+    `Must be at most ${RUN_SETTINGS.learning_rate.maximum}.`,
   );
-  assert.equal(check({ weight_decay: "-1" }).weight_decay, "Cannot be negative.");
+  assert.equal(check({ weight_decay: "-1" }).weight_decay, "Must be at least 0.");
   assert.equal(check({ max_steps: "0" }).max_steps, `Must be at least ${RUN_SETTINGS.max_steps.minimum}.`);
   assert.equal(check({ name: "x".repeat(201) }).name, `At most ${RUN_SETTINGS.name.maxLength} characters.`);
-  assert.equal(check({ optimizer: "lion" }).optimizer, "Choose an optimizer.");
-  assert.equal(check({ spot_check_fraction: "101" }).spot_check_fraction, "Must be at most 100.");
-  assert.equal(check({ spot_check_fraction: "-1" }).spot_check_fraction, "Cannot be negative.");
-  assert.ok(check({ spot_check_fraction: "two" }).spot_check_fraction?.startsWith("Enter a percentage"));
+  assert.equal(check({ optimizer: "lion" }).optimizer, "Choose 'adamw' or 'sgd'.");
+  assert.equal(check({ spot_check_fraction: "101" }).spot_check_fraction, "Must be at most 100%.");
+  assert.equal(check({ spot_check_fraction: "-1" }).spot_check_fraction, "Must be at least 0%.");
+  assert.equal(check({ spot_check_fraction: "two" }).spot_check_fraction, "Enter a number.");
   for (const [field, setting] of Object.entries(RUN_SETTINGS)) {
     const key = field as keyof typeof DEFAULT_FORM;
     const value = !("default" in setting)
@@ -147,7 +151,15 @@ test("run validation takes its bounds from RunSettings and the preset's from the
 });
 
 test("spot checks are a percentage in the form and a fraction in the request", () => {
-  const tiny: PresetOut = { name: "tiny", parameter_count: 1, d_model: 64, n_layer: 4, n_head: 4, max_seq_len: 256 };
+  const tiny: PresetOut = {
+    name: "tiny",
+    parameter_count: 1,
+    d_model: 64,
+    n_layer: 4,
+    n_head: 4,
+    max_seq_len: 256,
+    max_activation_elements: 1 << 24,
+  };
   assert.equal(DEFAULT_FORM.spot_check_fraction, "2", "the server's default of 0.02, as a percentage");
   const body = (percent: string) =>
     validateRunForm({ ...DEFAULT_FORM, name: "r", spot_check_fraction: percent }, tiny).body;
@@ -251,4 +263,20 @@ test("link rates are listed fastest first, named where the peer is known", () =>
     { peerId: 9, name: "peer 9", rate: "2.00 KiB/s" },
   ]);
   assert.deepEqual(linkRows({}, names), []);
+});
+
+test("invitation links open the invite page, whatever else is in the hash", () => {
+  const url = invitationUrl({ origin: "https://hub.example", pathname: "/" }, "Ab_c-9");
+  assert.equal(url, "https://hub.example/#/invite/Ab_c-9");
+  assert.deepEqual(parseRoute(new URL(url).hash), { page: "invite", token: "Ab_c-9" });
+  assert.deepEqual(parseRoute("#/invite/"), { page: "not-found", path: "/invite/" });
+  assert.deepEqual(parseRoute("#/invite/a/b"), { page: "not-found", path: "/invite/a/b" });
+});
+
+test("expiresIn says coarsely how long a link has left", () => {
+  const now = Date.parse("2026-01-01T00:00:00Z");
+  assert.equal(expiresIn("2026-01-04T00:00:00Z", now), "in 3 days");
+  assert.equal(expiresIn("2026-01-01T05:00:00Z", now), "in 5 hours");
+  assert.equal(expiresIn("2026-01-01T00:01:00Z", now), "in 1 minute");
+  assert.equal(expiresIn("2025-12-31T00:00:00Z", now), "in 0 minutes");
 });

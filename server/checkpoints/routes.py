@@ -21,18 +21,22 @@ from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel
+from sqlalchemy.orm import Session
 
 from server.auth import CurrentUser, _bearer_scheme, _cookie_scheme, get_caller
 from server.checkpoints import service
+from server.checkpoints.sampler import Sampler, SamplesOut, get_sampler
 from server.checkpoints.store import CheckpointStore, check_safetensors, max_stage_bytes
 from server.deps import MAX_ID, FeedDep, LiveDep, RunId, SessionDep
-from server.errors import Conflict, NotFound, ServiceError
+from server.errors import Conflict, NotFound, ServiceError, Unprocessable
 from server.models import Run
 from server.publish import commit_and_publish
 from server.schemas import ErrorOut
 from server.services import runs
 from server.services.events import record_event
 from server.services.runs import JOINABLE_STATUSES, run_spec
+from swarmhub.checkpoint_readme import hf_readme, stages_readme
+from swarmhub.hf_export import export_files
 from swarmhub.presets import get_preset
 
 router = APIRouter(
@@ -335,23 +339,43 @@ class _Sink:
         return data
 
 
-def _zip_stream(config: bytes, files: list[tuple[str, int, IO[bytes]]]) -> Iterator[bytes]:
+def _zip_stream(entries: list[tuple[str, int, Iterator[bytes]]], handles: list[IO[bytes]]) -> Iterator[bytes]:
+    """A stored (uncompressed) zip of `entries` (name, size, bytes) written as it streams; `handles`
+    (the files the entries read) are closed at the end, or when the client goes away."""
     sink = _Sink()
     try:
         with zipfile.ZipFile(sink, "w", zipfile.ZIP_STORED) as archive:  # type: ignore[arg-type]
-            archive.writestr("config.json", config)
-            yield sink.take()
-            for name, size, handle in files:
+            for name, size, chunks in entries:
                 info = zipfile.ZipInfo(name, date_time=(2025, 1, 1, 0, 0, 0))
                 info.file_size = size  # decides zip64 up front, which an unseekable stream needs
-                with handle, archive.open(info, "w") as entry:
-                    while chunk := handle.read(CHUNK):
+                with archive.open(info, "w") as entry:
+                    for chunk in chunks:
                         entry.write(chunk)
                         yield sink.take()
         yield sink.take()
     finally:
-        for _, _, handle in files:
+        for handle in handles:
             handle.close()
+
+
+def _complete_checkpoint(session: Session, run: Run, step: int) -> service.StepCheckpoint:
+    checkpoint = service.step_checkpoint(session, run, step)
+    if not checkpoint.complete:
+        missing = sorted(set(range(run.num_stages)) - {r.stage for r in checkpoint.rows})
+        raise Conflict(f"checkpoint of step {step} is incomplete: stages {missing} are missing")
+    return checkpoint
+
+
+def _open_stages(store: CheckpointStore, checkpoint: service.StepCheckpoint) -> list[IO[bytes]]:
+    handles: list[IO[bytes]] = []
+    try:
+        for row in checkpoint.rows:
+            handles.append(_open(store, row.path))
+    except NotFound:
+        for handle in handles:
+            handle.close()
+        raise
+    return handles
 
 
 @router.get(
@@ -365,23 +389,74 @@ def _zip_stream(config: bytes, files: list[tuple[str, int, IO[bytes]]]) -> Itera
 def download_model(
     run_id: RunId, step: Step, caller: CurrentUser, session: SessionDep, store: StoreDep
 ) -> StreamingResponse:
-    """The whole model at `step` as a zip (stored, not compressed): config.json + stage-<s>.safetensors."""
+    """The whole model at `step` as a zip (stored, not compressed): README.md, config.json and
+    stage-<s>.safetensors."""
     run = runs.get_run_for(session, caller.user, run_id)
-    checkpoint = service.step_checkpoint(session, run, step)
-    if not checkpoint.complete:
-        missing = sorted(set(range(run.num_stages)) - {r.stage for r in checkpoint.rows})
-        raise Conflict(f"checkpoint of step {step} is incomplete: stages {missing} are missing")
-    files: list[tuple[str, int, IO[bytes]]] = []
-    try:
-        for row in checkpoint.rows:
-            files.append((f"stage-{row.stage}.safetensors", row.bytes, _open(store, row.path)))
-    except NotFound:
-        for _, _, handle in files:
-            handle.close()
-        raise
+    checkpoint = _complete_checkpoint(session, run, step)
+    handles = _open_stages(store, checkpoint)
     config = json.dumps(model_config_json(run, step), indent=2).encode() + b"\n"
+    readme = stages_readme(run.id, step, get_preset(run.model_preset), run.num_stages).encode()
+    entries = [
+        ("README.md", len(readme), iter([readme])),
+        ("config.json", len(config), iter([config])),
+        *(
+            (f"stage-{row.stage}.safetensors", row.bytes, _stream(handle))
+            for row, handle in zip(checkpoint.rows, handles, strict=True)
+        ),
+    ]
     return StreamingResponse(
-        _zip_stream(config, files),
+        _zip_stream(entries, handles),
         media_type="application/zip",
         headers={"Content-Disposition": f'attachment; filename="run-{run.id}-step-{step}.zip"'},
     )
+
+
+@router.get(
+    "/{step}/hf",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"application/zip": {}}, "description": "A Hugging Face transformers model"},
+        409: {"model": ErrorOut},
+        422: {"model": ErrorOut},
+    },
+)
+def download_hf_model(
+    run_id: RunId, step: Step, caller: CurrentUser, session: SessionDep, store: StoreDep
+) -> StreamingResponse:
+    """The model at `step` for Hugging Face transformers, as a zip: what `swarmhub export --format hf`
+    writes (config, weights, tokenizer, modeling code, README.md)."""
+    run = runs.get_run_for(session, caller.user, run_id)
+    checkpoint = _complete_checkpoint(session, run, step)
+    preset = get_preset(run.model_preset)
+    handles = _open_stages(store, checkpoint)
+    try:
+        files = export_files(
+            handles,
+            preset,
+            {"swarmhub_run": str(run.id), "swarmhub_step": str(step)},
+            hf_readme(run.id, step, preset),
+        )
+    except (ValueError, KeyError) as e:
+        for handle in handles:
+            handle.close()
+        raise Unprocessable(f"checkpoint of step {step} is not this run's model: {e}") from None
+    return StreamingResponse(
+        _zip_stream([(f.name, f.size, f.chunks()) for f in files], handles),
+        media_type="application/zip",
+        headers={"Content-Disposition": f'attachment; filename="run-{run.id}-step-{step}-hf.zip"'},
+    )
+
+
+@router.get("/{step}/samples", responses={409: {"model": ErrorOut}})
+def checkpoint_samples(
+    run_id: RunId,
+    step: Step,
+    caller: CurrentUser,
+    session: SessionDep,
+    sampler: Annotated[Sampler, Depends(get_sampler)],
+) -> SamplesOut:
+    """Text the model at `step` writes after a fixed set of prompts (greedy). The first request starts
+    generating them: `status` is "generating" until they are "ready"."""
+    run = runs.get_run_for(session, caller.user, run_id)
+    _complete_checkpoint(session, run, step)
+    return sampler.samples(run.id, step).model_copy(update={"loss": service.loss_at(session, run, step)})

@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session
 
 from server.checkpoints.store import CheckpointStore
 from server.errors import Conflict, Forbidden, NotFound, ServiceError, Unauthorized, Unprocessable
-from server.models import Checkpoint, JoinToken, Peer, RequestedCheckpoint, Run
+from server.models import Checkpoint, JoinToken, Peer, RequestedCheckpoint, Run, Step
 from server.services.events import record_event
 from server.services.peers import authenticate_peer
 from swarmhub.status import PeerState
+from swarmhub.units import format_bytes
 from swarmhub.wire import CheckpointRequest
 
 
@@ -121,6 +122,16 @@ def steps(session: Session, run: Run) -> list[StepCheckpoint]:
     return [
         StepCheckpoint(run.id, step, run.num_stages, by_step[step]) for step in sorted(by_step, reverse=True)
     ]
+
+
+def loss_at(session: Session, run: Run, step: int) -> float | None:
+    """The loss of the newest committed step up to `step`: what the checkpoint's weights reached."""
+    return session.scalar(
+        sa.select(Step.loss)
+        .where(Step.run_id == run.id, Step.step <= step, Step.loss.is_not(None))
+        .order_by(Step.step.desc())
+        .limit(1)
+    )
 
 
 def step_checkpoint(session: Session, run: Run, step: int) -> StepCheckpoint:
@@ -236,7 +247,7 @@ def record_upload(
             run_id=run.id,
             peer_id=peer.id,
             kind="checkpoint",
-            message=f"checkpoint of step {step} complete ({run.num_stages} stages, {total} bytes)",
+            message=f"checkpoint of step {step} complete ({run.num_stages} stages, {format_bytes(total)})",
             data={"step": step, "num_stages": run.num_stages, "bytes": total},
         )
         pruned = _prune(session, run, keep)

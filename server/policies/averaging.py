@@ -19,6 +19,8 @@ class AveragingRound:
     A round completes when every member reports the same contributors, namely the whole group.
     If a member is lost the coordinator starts a new attempt without it: members keep their
     local gradients until they apply a step, so a retry loses only the departed peer's share.
+    A member whose contributions arrive too late (a slow upload) is found by who missed whose
+    (`missed`, `holding_up`), and a retry goes on without it.
     """
 
     stage: int
@@ -26,6 +28,8 @@ class AveragingRound:
     group: frozenset[int]
     reports: dict[int, tuple[frozenset[int], frozenset[str]]] = field(default_factory=dict)
     norms_sq: dict[int, float] = field(default_factory=dict)
+    missing: dict[int, frozenset[int]] = field(default_factory=dict)
+    """Member -> the members whose contribution to this attempt it gave up waiting for."""
 
     def report(
         self, peer_id: int, attempt: int, contributors: list[int], counted: list[str], norm_sq: float = 0.0
@@ -34,6 +38,44 @@ class AveragingRound:
             return
         self.reports[peer_id] = (frozenset(contributors), frozenset(counted))
         self.norms_sq[peer_id] = norm_sq
+
+    def missed(self, reporter: int, target: int) -> None:
+        """`reporter` gave up waiting for `target`'s contribution (its push did not arrive in time)."""
+        if reporter != target and {reporter, target} <= self.group:
+            self.missing[reporter] = self.missing.get(reporter, frozenset()) | {target}
+
+    def holding_up(self) -> frozenset[int]:
+        """The members to go on without so that no one left misses anyone's contribution: a small
+        cover of the missed pairs, greedily the member in most of them first; on a tie the one missed
+        most (a slow uploader is missed, a member that cannot receive misses), then the lowest id.
+
+        A slow uploader's pushes may reach some members in time and not others (they go out one
+        after another), so it may be missed by a single member and probed reachable: it is still the
+        one holding the round up, and dropping it costs only its own share, not the stage's."""
+        pairs = {(reporter, target) for reporter, targets in self.missing.items() for target in targets}
+        drop: set[int] = set()
+        while pairs:
+            members = {peer for pair in pairs for peer in pair}
+            worst = max(
+                members,
+                key=lambda peer: (
+                    sum(peer in pair for pair in pairs),
+                    sum(target == peer for _, target in pairs),
+                    -peer,
+                ),
+            )
+            drop.add(worst)
+            pairs = {pair for pair in pairs if worst not in pair}
+        return frozenset(drop)
+
+    def going_on_without(self, blamed: frozenset[int] | set[int]) -> frozenset[int]:
+        """Who a round past its deadline goes on without: the members that did not report, if any
+        did; else those holding it up (`holding_up`); else those the coordinator blames. Empty: nobody
+        to blame (the stage takes an empty step)."""
+        reported = frozenset(self.reports)
+        if reported:
+            return self.group - reported
+        return self.holding_up() or self.group & frozenset(blamed)
 
     def grad_sum_norm_sq(self) -> float:
         """Squared norm of the stage's summed gradient, as its members agree on it.
@@ -72,9 +114,45 @@ class AveragingRound:
             ids |= counted
         return sorted(ids)
 
+    def restarts_without(self, peer_id: int, *, distrusted: bool = False) -> bool:
+        """Whether losing `peer_id` calls for a new attempt. Not once the round is complete, unless
+        the peer was removed as faulty (its contribution is not to be kept): every member holds the
+        sum all of them agreed on, the lost one's contribution included, and the others apply it
+        without it. Restarting a complete round throws a finished average away, and in a large swarm
+        whose members die every minute or two, a stage whose averaging takes longer than that (many
+        members, slow links) would rarely see all its rounds complete at once."""
+        return peer_id in self.group and (distrusted or not self.complete())
+
     def without(self, *peer_ids: int) -> AveragingRound:
         """The next attempt, without these members (lost, or holding the round up)."""
         return AveragingRound(stage=self.stage, attempt=self.attempt + 1, group=self.group - set(peer_ids))
+
+
+PUSH_BASE_S = 10.0
+ASSUMED_LINK_BYTES_PER_S = 5e6
+"""What a peer allows itself to push a stage's gradients with no word from the coordinator
+(`peer.transport.transfer_timeout_s`): a fixed start plus the bytes at this rate."""
+SLOWEST_LINK_WAITED_FOR = ASSUMED_LINK_BYTES_PER_S / 10
+"""A member measured slower than this is not waited for: the round goes on without it (choked
+links would otherwise hold every step for minutes)."""
+
+
+def push_allowance_s(stage_bytes: float, members: int, slowest_link: float | None) -> float:
+    """Seconds the members of a round of `members` give their exchange before they give up on a
+    member: what a peer allows itself by default, or, if a member's link was measured slower, what
+    that member needs to push its sum to the K-1 others and take theirs (links are measured as
+    bytes both ways per second: 2(K-1) sums), at a rate no lower than `SLOWEST_LINK_WAITED_FOR`."""
+    own = PUSH_BASE_S + stage_bytes * members / ASSUMED_LINK_BYTES_PER_S
+    if slowest_link is None:
+        return own
+    rate = max(slowest_link, SLOWEST_LINK_WAITED_FOR)
+    return max(own, PUSH_BASE_S + 2 * (members - 1) * stage_bytes / rate)
+
+
+def round_limit_s(averaging_deadline_s: float, push_allowance: float) -> float:
+    """How long a round may take before it goes on without the members holding it up: twice what its
+    members give their exchange (they give up and report first), and no less than the deadline."""
+    return max(averaging_deadline_s, 2 * push_allowance)
 
 
 PROPORTION_LIMIT = 10.0

@@ -46,6 +46,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import NamedTuple
 
 from server.policies.rate_estimate import RateEstimate
 
@@ -172,7 +174,13 @@ class Rebalance:
 
 
 class _Swarm:
-    """The rate model: every peer's rate on every stage (mean and bounds), and stage rates."""
+    """The rate model: a peer's rate on any stage (mean and bounds), and stage rates of placements.
+
+    Rates are evaluated when asked, not tabulated for every peer on every stage (at thousands of
+    peers the table was most of a decision). A stage's rate is summed over its peers in placement
+    order, so a placement that differs from the current one in a few peers is re-summed on the
+    stages those peers touch only, with the same sums a full pass would give.
+    """
 
     def __init__(
         self,
@@ -183,48 +191,78 @@ class _Swarm:
     ) -> None:
         self.peers = {p.peer_id: p for p in peers}
         self.num_stages = num_stages
-        self.mean: dict[int, list[float]] = {}
-        self.low: dict[int, list[float]] = {}
-        self.high: dict[int, list[float]] = {}
-        for p in peers:
-            caps = [math.inf] * num_stages
-            if p.link_rate is not None and bytes_per_sample is not None:
-                caps = [p.link_rate / b if b > 0 else math.inf for b in bytes_per_sample]
-            scales = [costs[p.stage] / c for c in costs]
-            low = p.throughput if p.lower is None else min(p.lower, p.throughput)
-            high = p.throughput if p.upper is None else max(p.upper, p.throughput)
-            for rates, rate in ((self.mean, p.throughput), (self.low, low), (self.high, high)):
-                rates[p.peer_id] = [min(rate * scale, cap) for scale, cap in zip(scales, caps, strict=True)]
+        self.costs = costs
+        self.bytes_per_sample = bytes_per_sample
+        self.placement = {p.peer_id: p.stage for p in peers}
+        self.order = {peer_id: i for i, peer_id in enumerate(self.placement)}
+        self.members: list[list[int]] = [[] for _ in range(num_stages)]
+        for peer_id, stage in self.placement.items():
+            self.members[stage].append(peer_id)
+        self.own = {peer_id: self.rates(peer_id, stage) for peer_id, stage in self.placement.items()}
+        self.current = [self.stage_sums(s, {}) for s in range(num_stages)]
+
+    def cap(self, link_rate: float | None, stage: int) -> float:
+        """Samples/s links measured at `link_rate` carry on `stage`."""
+        if link_rate is None or self.bytes_per_sample is None:
+            return math.inf
+        b = self.bytes_per_sample[stage]
+        return link_rate / b if b > 0 else math.inf
+
+    def rates(self, peer_id: int, stage: int) -> tuple[float, float, float]:
+        """A peer's mean rate on `stage`, and its lower and upper bound there."""
+        p = self.peers[peer_id]
+        scale, cap = self.costs[p.stage] / self.costs[stage], self.cap(p.link_rate, stage)
+        low = p.throughput if p.lower is None else min(p.lower, p.throughput)
+        high = p.throughput if p.upper is None else max(p.upper, p.throughput)
+        return min(p.throughput * scale, cap), min(low * scale, cap), min(high * scale, cap)
 
     def rate(self, peer_id: int, stage: int) -> float:
-        return self.mean[peer_id][stage]
+        """A peer's mean rate on `stage`."""
+        p = self.peers[peer_id]
+        return min(p.throughput * (self.costs[p.stage] / self.costs[stage]), self.cap(p.link_rate, stage))
 
-    def means(self, placement: Mapping[int, int]) -> list[float]:
-        stages = [0.0] * self.num_stages
-        for peer_id, stage in placement.items():
-            stages[stage] += self.mean[peer_id][stage]
-        return stages
+    def stage_sums(self, stage: int, moved: Mapping[int, int]) -> tuple[float, float, float]:
+        """`stage`'s mean rate and its peers' squared margins below and above, with the peers in
+        `moved` on the stages given there instead."""
+        members = self.members[stage]
+        if moved:
+            members = [p for p in members if moved.get(p, stage) == stage]
+            incoming = [p for p, s in moved.items() if s == stage and self.placement[p] != stage]
+            if incoming:
+                members = sorted(members + incoming, key=self.order.__getitem__)
+        mean_sum = low_sum = high_sum = 0.0
+        for peer_id in members:
+            mean, low, high = (
+                self.own[peer_id] if self.placement[peer_id] == stage else self.rates(peer_id, stage)
+            )
+            mean_sum += mean
+            low_sum += (low - mean) ** 2
+            high_sum += (high - mean) ** 2
+        return mean_sum, low_sum, high_sum
 
-    def bound(self, placement: Mapping[int, int], *, high: bool) -> float:
+    def placed(self, moved: Mapping[int, int]) -> list[tuple[float, float, float]]:
+        """`stage_sums` of every stage."""
+        touched = set(moved.values()) | {self.placement[p] for p in moved}
+        return [
+            self.stage_sums(s, moved) if s in touched else self.current[s] for s in range(self.num_stages)
+        ]
+
+    def means(self, moved: Mapping[int, int]) -> list[float]:
+        return [m for m, _, _ in self.placed(moved)]
+
+    @staticmethod
+    def bound(sums: Sequence[tuple[float, float, float]], *, high: bool) -> float:
         """The pipeline's rate with every stage at its upper (or lower) bound; independent peers'
         margins add in quadrature."""
-        means = [0.0] * self.num_stages
-        margins = [0.0] * self.num_stages
-        bounds = self.high if high else self.low
-        for peer_id, stage in placement.items():
-            mean = self.mean[peer_id][stage]
-            means[stage] += mean
-            margins[stage] += (bounds[peer_id][stage] - mean) ** 2
         sign = 1.0 if high else -1.0
-        return min(max(0.0, m + sign * math.sqrt(e)) for m, e in zip(means, margins, strict=True))
+        return min(max(0.0, m + sign * math.sqrt(hi if high else lo)) for m, lo, hi in sums)
 
 
 def stage_capacities(
     peers: Sequence[PeerLoad], num_stages: int, bytes_per_sample: Sequence[float] | None = None
 ) -> list[float]:
     """Samples/s each stage serves: its peers' mean rates, each capped by its links."""
-    swarm = _Swarm(peers, num_stages, [1.0] * num_stages, bytes_per_sample)
-    return swarm.means({p.peer_id: p.stage for p in peers})
+    return _Swarm(peers, num_stages, [1.0] * num_stages, bytes_per_sample).means({})
 
 
 def choose_moves(
@@ -257,7 +295,6 @@ def choose_moves(
     if num_stages < 2:
         return None
     swarm = _Swarm(peers, num_stages, stage_costs or [1.0] * num_stages, bytes_per_sample)
-    placement = {p.peer_id: p.stage for p in peers}
 
     def copy_s(peer_id: int, stage: int) -> float:
         if state_bytes is None:
@@ -265,138 +302,270 @@ def choose_moves(
         link = swarm.peers[peer_id].link_rate
         return state_bytes[stage] / (link if link else DEFAULT_LINK_RATE)
 
-    counts = [0] * num_stages
-    for stage in placement.values():
-        counts[stage] += 1
+    counts = [len(members) for members in swarm.members]
     if 0 in counts:
-        return _fill_empty(swarm, placement, counts, copy_s, horizon_s)
-    plan = _plan(swarm, placement, counts)
+        return _fill_empty(swarm, counts, copy_s, horizon_s)
+    plan = _plan(swarm, counts)
     if not plan:
         return None
-    now_high = swarm.bound(placement, high=True)
+    now_high = swarm.bound(swarm.current, high=True)
     best: tuple[float, int] | None = None
-    after = dict(placement)
+    after: dict[int, int] = {}
+    sums = list(swarm.current)
+    changed: set[int] = set()
     incoming = [0] * num_stages
     for k, (peer_id, stage) in enumerate(plan, start=1):
         if incoming[stage] >= max(1, counts[stage] // COPY_SOURCES):
             break
         incoming[stage] += 1
         after[peer_id] = stage
+        # Only the stages the moves touch change.
+        changed.update((swarm.placement[peer_id], stage))
         movers = plan[:k]
         copy = max(copy_s(p, s) for p, s in movers)
         if copy >= horizon_s:
             continue
-        gain = (swarm.bound(after, high=False) - now_high) * (horizon_s - copy)
+        for s in changed:
+            sums[s] = swarm.stage_sums(s, after)
+        changed.clear()
+        gain = (swarm.bound(sums, high=False) - now_high) * (horizon_s - copy)
         if gain > 0 and (best is None or gain > best[0]):
             best = (gain, k)
     if best is None:
         return None
     gain, k = best
     chosen = plan[:k]
-    moved = placement | dict(chosen)
-    planned = placement | dict(plan)
     return Rebalance(
         moves=tuple(
             Move(
                 peer_id=p,
-                from_stage=placement[p],
+                from_stage=swarm.placement[p],
                 to_stage=s,
                 peer_rate=swarm.rate(p, s),
                 copy_s=copy_s(p, s),
             )
             for p, s in chosen
         ),
-        rate_before=min(swarm.means(placement)),
-        rate_after=min(swarm.means(moved)),
-        planned=_counts(planned, num_stages),
-        planned_rate=min(swarm.means(planned)),
+        rate_before=min(swarm.means({})),
+        rate_after=min(swarm.means(dict(chosen))),
+        planned=_planned(counts, swarm, dict(plan)),
+        planned_rate=min(swarm.means(dict(plan))),
         copy_s=max(copy_s(p, s) for p, s in chosen),
         gain=gain,
         horizon_s=horizon_s,
     )
 
 
-def _counts(placement: Mapping[int, int], num_stages: int) -> tuple[int, ...]:
-    counts = [0] * num_stages
-    for stage in placement.values():
-        counts[stage] += 1
-    return tuple(counts)
+def _planned(counts: Sequence[int], swarm: _Swarm, moves: Mapping[int, int]) -> tuple[int, ...]:
+    """Peers per stage once `moves` (peer id -> stage) are made."""
+    planned = list(counts)
+    for peer_id, stage in moves.items():
+        planned[swarm.placement[peer_id]] -= 1
+        planned[stage] += 1
+    return tuple(planned)
 
 
-def _plan(swarm: _Swarm, placement: dict[int, int], counts: list[int]) -> list[tuple[int, int]]:
-    """Moves, in order, from `placement` toward the planned one (see the module docstring)."""
-    rates = swarm.means(placement)
+class _Candidate(NamedTuple):
+    """A peer the plan may move: its rate on its own stage, and its place in the (queue, id) order
+    that breaks ties."""
+
+    own: float
+    index: int
+    peer_id: int
+    throughput: float
+    link_rate: float | None
+
+
+class _Donors:
+    """A stage's settled peers in the orders the plan's search walks: own rate ascending (the donor
+    left strongest first), and, for each kind of target stage, rate there descending (the target
+    made strongest first), built when first asked for."""
+
+    def __init__(self, swarm: _Swarm, stage: int, candidates: list[_Candidate]) -> None:
+        self.swarm = swarm
+        self.stage = stage
+        self.by_own = sorted(candidates)
+        self._by_target: dict[tuple[float, float | None], list[tuple[float, _Candidate, int]]] = {}
+
+    def by_target(self, target: int) -> list[tuple[float, _Candidate, int]]:
+        """(Rate on `target`, candidate, end of its run of equal rates): rate descending, then own
+        rate and index ascending, so the first of a run beats the rest of it. Targets of equal cost
+        and bytes per sample give every peer the same rate, so they share one order."""
+        swarm = self.swarm
+        per_sample = None if swarm.bytes_per_sample is None else swarm.bytes_per_sample[target]
+        kind = (swarm.costs[target], per_sample)
+        order = self._by_target.get(kind)
+        if order is None:
+            # `_Swarm.rate`, with what all of this stage's peers share worked out once.
+            scale = swarm.costs[self.stage] / swarm.costs[target]
+            per_sample = 0.0 if swarm.bytes_per_sample is None else swarm.bytes_per_sample[target]
+            rated = sorted(
+                (
+                    -min(
+                        c.throughput * scale,
+                        c.link_rate / per_sample if c.link_rate is not None and per_sample > 0 else math.inf,
+                    ),
+                    c,
+                )
+                for c in self.by_own
+            )
+            ends = [len(rated)] * len(rated)
+            for i in range(len(rated) - 2, -1, -1):
+                ends[i] = ends[i + 1] if rated[i][0] == rated[i + 1][0] else i + 1
+            order = [(-rate, c, end) for (rate, c), end in zip(rated, ends, strict=True)]
+            self._by_target[kind] = order
+        return order
+
+
+def _plan(swarm: _Swarm, counts: list[int]) -> list[tuple[int, int]]:
+    """Moves, in order, from the current placement toward the planned one (see the module docstring).
+
+    Each move goes to the candidate with the largest (pair, left, -index): pair, the weaker of the
+    two stages involved after the move, must beat the old floor. Rather than rating every candidate
+    for every move, each donor stage is searched from both ends at once, its candidates by own
+    rate ascending and by rate on the target descending, until no unseen one can beat the best
+    found: an unseen candidate leaves its donor at most `donor - own` of the next by own rate, and
+    gives the target at most `floor + rate` of the next by rate there.
+    """
+    rates = swarm.means({})
     counts = list(counts)
     received: set[int] = set()
+    moved: set[int] = set()
     plan: list[tuple[int, int]] = []
-    candidates = [
-        (p.peer_id, placement[p.peer_id], swarm.mean[p.peer_id])
-        for p in sorted(swarm.peers.values(), key=lambda p: (p.queue_length, p.peer_id))
-        if p.settled
-    ]
+    grouped: list[list[_Candidate]] = [[] for _ in range(swarm.num_stages)]
+    settled = sorted(
+        (p for p in swarm.peers.values() if p.settled), key=attrgetter("queue_length", "peer_id")
+    )
+    for index, p in enumerate(settled):
+        grouped[p.stage].append(
+            _Candidate(swarm.own[p.peer_id][0], index, p.peer_id, p.throughput, p.link_rate)
+        )
+    donors = [_Donors(swarm, stage, candidates) for stage, candidates in enumerate(grouped)]
     while len(plan) < PLAN_MOVES:
         weakest = min(range(swarm.num_stages), key=lambda s: (rates[s], s))
         floor = rates[weakest]
         # Strictly above the old floor: otherwise the move only shifts the bottleneck. Between
         # equal pairs, the donor left strongest; then the first in (queue, id) order.
-        best_pair, best_left, best = floor, -math.inf, -1
-        for index, (_, source, mean) in enumerate(candidates):
+        best: tuple[float, float, int] | None = None
+        best_move: tuple[_Candidate, int, float] | None = None
+        for source in range(swarm.num_stages):
             if source == weakest or source in received or counts[source] < 2:
                 continue
-            left = rates[source] - mean[source]
-            pair = min(left, floor + mean[weakest])
-            if pair > best_pair or (pair == best_pair and best >= 0 and left > best_left):
-                best_pair, best_left, best = pair, left, index
-        if best < 0:
+            by_own, by_target = donors[source].by_own, None
+            i = j = 0
+            while True:
+                while i < len(by_own) and by_own[i].index in moved:
+                    i += 1
+                if i == len(by_own):
+                    break
+                left_bound = rates[source] - by_own[i].own
+                if not _may_beat(left_bound, left_bound, floor, best):
+                    break
+                if by_target is None:
+                    by_target = donors[source].by_target(weakest)
+                while j < len(by_target) and by_target[j][1].index in moved:
+                    j += 1
+                if j == len(by_target):
+                    # The rest each trail the first of their run of equal rates on the target.
+                    break
+                rate, head, end = by_target[j]
+                if not _may_beat(min(left_bound, floor + rate), left_bound, floor, best):
+                    break
+                for candidate, there in ((by_own[i], None), (head, rate)):
+                    if there is None:
+                        there = swarm.rate(candidate.peer_id, weakest)
+                    left = rates[source] - candidate.own
+                    pair = min(left, floor + there)
+                    key = (pair, left, -candidate.index)
+                    if pair > floor and (best is None or key > best):
+                        best, best_move = key, (candidate, source, there)
+                i += 1
+                j = end
+        if best_move is None:
             break
-        peer_id, source, mean = candidates.pop(best)
-        rates[source] -= mean[source]
-        rates[weakest] += mean[weakest]
+        candidate, source, there = best_move
+        moved.add(candidate.index)
+        rates[source] -= candidate.own
+        rates[weakest] += there
         counts[source] -= 1
         counts[weakest] += 1
         received.add(weakest)
-        plan.append((peer_id, weakest))
+        plan.append((candidate.peer_id, weakest))
     return plan
+
+
+def _may_beat(pair: float, left: float, floor: float, best: tuple[float, float, int] | None) -> bool:
+    """Whether a candidate leaving at most `pair` and `left` may still be chosen over `best`."""
+    if pair <= floor:
+        return False
+    return best is None or pair > best[0] or (pair == best[0] and left >= best[1])
 
 
 def _fill_empty(
     swarm: _Swarm,
-    placement: dict[int, int],
     counts: list[int],
     copy_s: Callable[[int, int], float],
     horizon_s: float,
 ) -> Rebalance | None:
     """Give every empty stage a peer from a stage that keeps one, lowest empty stage first."""
-    before = min(swarm.means(placement))
     counts = list(counts)
-    original = dict(placement)
+    filled: dict[int, int] = {}
+    rates = swarm.means({})
+    before = min(rates)
+    # A donor's rate less the mover's is within `slack` of the donor re-summed without it (float
+    # sums of n nonnegative terms err by under n ulps of the total): re-sum only when that matters.
+    slack = [
+        1e-12 * (len(members) + 1) * sum(abs(swarm.own[p][0]) for p in members) for members in swarm.members
+    ]
     moves: list[Move] = []
     for empty in range(swarm.num_stages):
         if counts[empty]:
             continue
+        occupied = [counts[s] > 0 or s == empty for s in range(swarm.num_stages)]
+        # The other stages' rates, the same for every candidate of a donor.
+        rest_all, rest_occupied = [], []
+        for source in range(swarm.num_stages):
+            others = [r for s, r in enumerate(rates) if s not in (source, empty)]
+            rest_all.append(min(others, default=math.inf))
+            rest_occupied.append(
+                min(
+                    (r for s, r in enumerate(rates) if s not in (source, empty) and occupied[s]),
+                    default=math.inf,
+                )
+            )
         best: tuple[tuple[float, float, int, int], int] | None = None
-        for peer in swarm.peers.values():
-            source = placement[peer.peer_id]
-            if counts[source] < 2 or peer.peer_id in {m.peer_id for m in moves}:
+        for peer_id, source in swarm.placement.items():
+            if counts[source] < 2 or peer_id in filled:
                 continue
-            trial = placement | {peer.peer_id: empty}
-            rates = swarm.means(trial)
-            occupied = [r for s, r in enumerate(rates) if counts[s] or s == empty]
+            trial = filled | {peer_id: empty}
+            there = swarm.stage_sums(empty, trial)[0]
+            left = rates[source] - swarm.own[peer_id][0]
+            if left - slack[source] <= min(rest_occupied[source], there):
+                left = swarm.stage_sums(source, trial)[0]
             # While other stages are still empty every candidate leaves the rate at 0: prefer the
             # one that leaves the occupied stages strongest.
-            key = (-min(rates), -min(occupied), peer.queue_length, peer.peer_id)
+            peer = swarm.peers[peer_id]
+            key = (
+                -min(rest_all[source], left, there),
+                -min(rest_occupied[source], left, there),
+                peer.queue_length,
+                peer_id,
+            )
             if best is None or key < best[0]:
-                best = (key, peer.peer_id)
+                best = (key, peer_id)
         if best is None:
             continue
         peer_id = best[1]
-        counts[original[peer_id]] -= 1
+        source = swarm.placement[peer_id]
+        counts[source] -= 1
         counts[empty] += 1
-        placement = placement | {peer_id: empty}
+        filled[peer_id] = empty
+        for s in (source, empty):
+            rates[s] = swarm.stage_sums(s, filled)[0]
         moves.append(
             Move(
                 peer_id=peer_id,
-                from_stage=original[peer_id],
+                from_stage=source,
                 to_stage=empty,
                 peer_rate=swarm.rate(peer_id, empty),
                 copy_s=copy_s(peer_id, empty),
@@ -408,9 +577,9 @@ def _fill_empty(
     return Rebalance(
         moves=tuple(moves),
         rate_before=before,
-        rate_after=min(swarm.means(placement)),
-        planned=_counts(placement, swarm.num_stages),
-        planned_rate=min(swarm.means(placement)),
+        rate_after=min(rates),
+        planned=tuple(counts),
+        planned_rate=min(rates),
         copy_s=max(m.copy_s for m in moves),
         gain=0.0,
         horizon_s=horizon_s,

@@ -80,9 +80,11 @@ class StepBook:
     next_sample: int
     nonce: str = ""
     """Part of every microbatch id, so a book reopened for the same step never reuses an id."""
-    outstanding: dict[str, Grant] = field(default_factory=dict)
-    done: dict[str, Grant] = field(default_factory=dict)
-    failed: dict[str, Grant] = field(default_factory=dict)
+    outstanding: dict[str, Grant] = field(default_factory=dict, init=False)
+    done: dict[str, Grant] = field(default_factory=dict, init=False)
+    failed: dict[str, Grant] = field(default_factory=dict, init=False)
+    """The step's microbatches by state; changed only through `grant`, `complete` and `fail`, which
+    keep the running totals below with them."""
     losses: dict[str, float] = field(default_factory=dict)
     wire_bytes: int = 0
     """Data-plane bytes reported with finished microbatches."""
@@ -96,10 +98,23 @@ class StepBook:
     """The largest discrepancy any trainer has seen between two results that agreed (so far)."""
     served_compute: dict[int, float] = field(default_factory=dict)
     """Serving peer id -> seconds it spent computing the finished microbatches' stage calls."""
+    served_network: dict[int, float] = field(default_factory=dict)
+    """Serving peer id -> seconds its finished microbatches' stage calls spent on the network (the
+    trainers' waits less the time inside the serving peer)."""
+    reports: dict[str, tuple[int, tuple[ServedCall, ...]]] = field(default_factory=dict)
+    """Finished microbatch id -> the bytes its trainer moved for it and the stage calls it lists
+    (what the contribution ledger credits, `server/policies/ledger.py`)."""
     cache_hits: int = 0
     cache_misses: int = 0
     """Backward calls served from a kept forward activation, and those that found it gone."""
     _sequence: int = 0
+    # Running totals and each trainer's outstanding ids: a step of M microbatches asks for the
+    # samples missing at every grant and completion, and summing the dicts each time made a step
+    # cost O(M^2) (10,000 trainers, thousands of microbatches a step).
+    _done_samples: int = field(default=0, init=False, repr=False)
+    _outstanding_samples: int = field(default=0, init=False, repr=False)
+    _failed_samples: int = field(default=0, init=False, repr=False)
+    _by_trainer: dict[int, dict[str, None]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.target_batch_size < 1 or self.microbatch_size < 1:
@@ -107,22 +122,22 @@ class StepBook:
 
     @property
     def samples_done(self) -> int:
-        return sum(g.samples for g in self.done.values())
+        return self._done_samples
 
     @property
     def samples_outstanding(self) -> int:
-        return sum(g.samples for g in self.outstanding.values())
+        return self._outstanding_samples
 
     @property
     def samples_sent(self) -> int:
-        return self.samples_done + self.samples_outstanding + sum(g.samples for g in self.failed.values())
+        return self._done_samples + self._outstanding_samples + self._failed_samples
 
     def grant(self, trainer_id: int) -> Grant | None:
         """A new microbatch for `trainer_id`, or None when what is done or in flight already fills the step.
 
         The step's last microbatches are smaller (`grant_size`), so the step holds exactly the target.
         """
-        missing = self.target_batch_size - self.samples_done - self.samples_outstanding
+        missing = self.target_batch_size - self._done_samples - self._outstanding_samples
         if missing <= 0:
             return None
         samples = grant_size(missing, self.microbatch_size, self.target_batch_size, first=self._sequence == 0)
@@ -135,6 +150,19 @@ class StepBook:
         self._sequence += 1
         self.next_sample += samples
         self.outstanding[grant.microbatch_id] = grant
+        self._outstanding_samples += samples
+        self._by_trainer.setdefault(trainer_id, {})[grant.microbatch_id] = None
+        return grant
+
+    def _close(self, microbatch_id: str) -> Grant | None:
+        """Take `microbatch_id` out of the outstanding ones (None if it is not one of them)."""
+        grant = self.outstanding.pop(microbatch_id, None)
+        if grant is not None:
+            self._outstanding_samples -= grant.samples
+            ids = self._by_trainer[grant.trainer_id]
+            del ids[microbatch_id]
+            if not ids:
+                del self._by_trainer[grant.trainer_id]
         return grant
 
     def complete(
@@ -147,16 +175,21 @@ class StepBook:
         served: Sequence[ServedCall] = (),
     ) -> bool:
         """Record a finished microbatch; False if it is not outstanding (unknown, late or repeated)."""
-        grant = self.outstanding.pop(microbatch_id, None)
+        grant = self._close(microbatch_id)
         if grant is None:
             return False
         self.done[microbatch_id] = grant
+        self._done_samples += grant.samples
         self.losses[microbatch_id] = loss
         self.wire_bytes += wire_bytes
         self.retries += retries
+        self.reports[microbatch_id] = (wire_bytes, tuple(served))
         for call in served:
             self.served_compute[call.peer_id] = (
                 self.served_compute.get(call.peer_id, 0.0) + call.compute_seconds
+            )
+            self.served_network[call.peer_id] = (
+                self.served_network.get(call.peer_id, 0.0) + call.network_seconds
             )
         return True
 
@@ -173,23 +206,32 @@ class StepBook:
     def fail(self, microbatch_id: str) -> Grant | None:
         """Record a microbatch its trainer gave up on. Its samples are not granted again this step:
         some stages may already hold their gradients, and seeing them twice would double-count."""
-        grant = self.outstanding.pop(microbatch_id, None)
+        grant = self._close(microbatch_id)
         if grant is not None:
             self.failed[microbatch_id] = grant
+            self._failed_samples += grant.samples
         return grant
 
     def fail_trainer(self, trainer_id: int) -> list[Grant]:
         """A trainer vanished: everything it had in flight has failed."""
-        ids = [mb for mb, g in self.outstanding.items() if g.trainer_id == trainer_id]
+        ids = list(self._by_trainer.get(trainer_id, ()))
         return [g for g in (self.fail(mb) for mb in ids) if g is not None]
 
+    def holds_outstanding(self, trainer_id: int) -> bool:
+        """Whether `trainer_id` has a microbatch in flight (granted, neither finished nor failed)."""
+        return trainer_id in self._by_trainer
+
     def ready_for_barrier(self) -> bool:
-        return not self.outstanding and self.samples_done >= self.target_batch_size
+        return not self.outstanding and self._done_samples >= self.target_batch_size
 
     def samples_of(self, microbatch_ids: list[str]) -> int:
         """Samples of the granted microbatches among `microbatch_ids` (each counted once)."""
-        granted = self.done | self.failed | self.outstanding
-        return sum(granted[mb].samples for mb in set(microbatch_ids) if mb in granted)
+        total = 0
+        for mb in set(microbatch_ids):
+            grant = self.done.get(mb) or self.failed.get(mb) or self.outstanding.get(mb)
+            if grant is not None:
+                total += grant.samples
+        return total
 
     def summarize(self, counted_per_stage: list[list[str]]) -> StepSummary:
         """Close the books: `counted_per_stage[s]` lists the microbatch ids stage s averaged."""

@@ -77,7 +77,9 @@ def _snapshot(websocket: WebSocket, run_id: int) -> dict[str, Any]:
     with websocket.app.state.session_factory() as session:
         run = session.get_one(Run, run_id)
         return SnapshotFrame(
-            run=runs.run_detail(session, run),
+            run=runs.run_detail(
+                session, run, health=lambda r: websocket.app.state.live.health(r.id, r.status)
+            ),
             peers=[PeerOut.model_validate(p) for p in peers.list_peers(session, run_id)],
             steps=[
                 StepOut.model_validate(s) for s in steps.recent_steps(session, run_id, limit=SNAPSHOT_STEPS)

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, status
 from server.auth import AdminUser, Caller, CurrentUser
 from server.deps import FeedDep, LiveDep, PeerId, SessionDep
 from server.frames import peer_frame
+from server.ledger.service import open_account
 from server.publish import commit_and_publish
 from server.schemas import ErrorOut, PeerAction, PeerOut
 from server.services import peers, runs
@@ -30,8 +31,15 @@ def register_peer(
 ) -> PeerRegistered:
     seen_from = request.client.host if request.client is not None else "127.0.0.1"
     peer, credential, run = peers.register_peer(session, body, seen_from)
+    view_token = open_account(session, peer)
     commit_and_publish(session, feed, (run.id, peer_frame(peer)))
-    return PeerRegistered(peer_id=peer.id, credential=credential, run=run_spec(run), address=peer.address)
+    return PeerRegistered(
+        peer_id=peer.id,
+        credential=credential,
+        run=run_spec(run),
+        address=peer.address,
+        contribution_token=view_token,
+    )
 
 
 def _remove(

@@ -11,15 +11,18 @@ from server.auth import CurrentUser
 from server.datasets.service import check_usable
 from server.deps import MAX_ID, FeedDep, LiveDep, RunId, SessionDep
 from server.frames import run_frame
+from server.live import LiveSwarm
 from server.publish import commit_and_publish
 from server.schemas import (
     AssignmentOut,
     ErrorOut,
     EventOut,
+    LossPoint,
     MetricOut,
     PeerOut,
     RunCreate,
     RunDetail,
+    RunLabelsUpdate,
     RunOut,
     StepOut,
 )
@@ -32,23 +35,36 @@ router = APIRouter(
 Limit = Annotated[int, Query(ge=1, le=1000)]
 
 
+def _health(live: LiveSwarm) -> runs.HealthOf:
+    return lambda run: live.health(run.id, run.status)
+
+
 @router.post("", status_code=status.HTTP_201_CREATED)
-def create_run(body: RunCreate, caller: CurrentUser, session: SessionDep, feed: FeedDep) -> RunDetail:
+def create_run(
+    body: RunCreate, caller: CurrentUser, session: SessionDep, feed: FeedDep, live: LiveDep
+) -> RunDetail:
     check_usable(session, caller.user, body.dataset)
     run = runs.create_run(session, caller.user, body)
     commit_and_publish(session, feed)
-    return runs.run_detail(session, run)
+    return runs.run_detail(session, run, health=_health(live))
 
 
 @router.get("")
-def list_runs(caller: CurrentUser, session: SessionDep) -> list[RunDetail]:
-    """The caller's runs (an admin's: every run), newest first, with peer counts and latest loss."""
-    return runs.visible_run_details(session, caller.user)
+def list_runs(
+    caller: CurrentUser,
+    session: SessionDep,
+    live: LiveDep,
+    archived: Annotated[bool, Query(description="Include archived runs")] = False,
+) -> list[RunDetail]:
+    """The caller's runs (an admin's: every run), newest first, with peer counts, latest loss and health."""
+    return runs.visible_run_details(session, caller.user, health=_health(live), archived=archived)
 
 
 @router.get("/{run_id}")
-def get_run(run_id: RunId, caller: CurrentUser, session: SessionDep) -> RunDetail:
-    return runs.run_detail(session, runs.get_run_for(session, caller.user, run_id))
+def get_run(run_id: RunId, caller: CurrentUser, session: SessionDep, live: LiveDep) -> RunDetail:
+    """The run with its health now: only `health.state` "training" means samples are trained."""
+    run = runs.get_run_for(session, caller.user, run_id)
+    return runs.run_detail(session, run, health=_health(live))
 
 
 def _change_status(
@@ -80,6 +96,32 @@ def archive_run(
     live: LiveDep, run_id: RunId, caller: CurrentUser, session: SessionDep, feed: FeedDep
 ) -> RunOut:
     return _change_status(live, run_id, "archive", caller, session, feed)
+
+
+@router.patch("/{run_id}/labels", responses={403: {"model": ErrorOut}})
+def update_labels(
+    run_id: RunId,
+    body: RunLabelsUpdate,
+    caller: CurrentUser,
+    session: SessionDep,
+    feed: FeedDep,
+    live: LiveDep,
+) -> RunDetail:
+    """Set the run's tags, notes or archived flag (its owner only)."""
+    run = runs.update_labels(session, runs.get_run_for(session, caller.user, run_id), body, by=caller.user)
+    commit_and_publish(session, feed, (run.id, run_frame(run)))
+    return runs.run_detail(session, run, health=_health(live))
+
+
+@router.get("/{run_id}/loss-curve")
+def loss_curve(
+    run_id: RunId,
+    caller: CurrentUser,
+    session: SessionDep,
+    points: Annotated[int, Query(ge=2, le=2000, description="How many steps to sample")] = 200,
+) -> list[LossPoint]:
+    """The loss at about `points` evenly spaced steps, oldest first (steps without a loss are skipped)."""
+    return runs.loss_curve(session, runs.get_run_for(session, caller.user, run_id), points=points)
 
 
 @router.get("/{run_id}/steps")

@@ -1,4 +1,4 @@
-"""Users and their login sessions."""
+"""Users, their login sessions, and the single-use links admins issue (invitations, password resets)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from server.errors import Unprocessable
-from server.models import AuthSession, User, utcnow
+from server.errors import Conflict, NotFound, Unprocessable
+from server.models import AuthSession, Invitation, User, utcnow
 from server.security import (
     hash_password,
     needs_rehash,
@@ -140,3 +140,105 @@ def purge_expired_sessions(session: Session, *, idle_minutes: float) -> int:
         )
     )
     return result.rowcount
+
+
+LINK_UNUSABLE = "this link is invalid, expired or used already: ask an admin for a new one"
+
+
+def issue_invitation(session: Session, *, by: User, role: str, hours: float) -> tuple[Invitation, str]:
+    """A link that makes one new account with `role`; returns the row and the plaintext token."""
+    return _issue(session, by=by, purpose="invite", role=role, user=None, hours=hours)
+
+
+def issue_reset(session: Session, *, by: User, user: User, hours: float) -> tuple[Invitation, str]:
+    """A link that sets a new password for `user`; earlier unused reset links for them stop working."""
+    session.execute(
+        sa.delete(Invitation).where(
+            Invitation.purpose == "reset", Invitation.user_id == user.id, Invitation.used_at.is_(None)
+        )
+    )
+    return _issue(session, by=by, purpose="reset", role=user.role, user=user, hours=hours)
+
+
+def _issue(
+    session: Session, *, by: User, purpose: str, role: str, user: User | None, hours: float
+) -> tuple[Invitation, str]:
+    token = new_token()
+    invitation = Invitation(
+        token_hash=token_hash(token),
+        purpose=purpose,
+        role=role,
+        user_id=None if user is None else user.id,
+        created_by=by.id,
+        expires_at=utcnow() + timedelta(hours=hours),
+    )
+    session.add(invitation)
+    session.flush()
+    return invitation, token
+
+
+def open_invitations(session: Session) -> list[Invitation]:
+    """Links not used yet and not expired, oldest first."""
+    return list(
+        session.scalars(
+            sa.select(Invitation)
+            .where(Invitation.used_at.is_(None), Invitation.expires_at > utcnow())
+            .order_by(Invitation.id)
+        )
+    )
+
+
+def usernames(session: Session, ids: set[int]) -> dict[int, str]:
+    if not ids:
+        return {}
+    rows = session.execute(sa.select(User.id, User.username).where(User.id.in_(ids)))
+    return {user_id: username for user_id, username in rows}
+
+
+def revoke_invitation(session: Session, invitation_id: int) -> None:
+    deleted = session.execute(
+        sa.delete(Invitation).where(Invitation.id == invitation_id, Invitation.used_at.is_(None))
+    ).rowcount
+    if deleted == 0:
+        raise NotFound(f"no open invitation {invitation_id}")
+
+
+def usable_invitation(session: Session, token: str) -> Invitation:
+    """The unused, unexpired link a token opens; NotFound otherwise, whichever way it is unusable."""
+    invitation = session.scalar(sa.select(Invitation).where(Invitation.token_hash == token_hash(token)))
+    if invitation is None or invitation.used_at is not None or invitation.expires_at <= utcnow():
+        raise NotFound(LINK_UNUSABLE)
+    return invitation
+
+
+def accept_invitation(session: Session, token: str, *, username: str | None, password: str) -> User:
+    """Use a link once: an invitation makes the account `username`, a reset sets the password of
+    the account it names (and ends that account's sessions). Returns the account."""
+    invitation = usable_invitation(session, token)
+    # Claimed with a conditional update, so two tabs racing on one link cannot both use it.
+    claimed = session.execute(
+        sa.update(Invitation)
+        .where(Invitation.id == invitation.id, Invitation.used_at.is_(None))
+        .values(used_at=utcnow())
+    ).rowcount
+    if claimed != 1:
+        raise NotFound(LINK_UNUSABLE)
+    if invitation.purpose == "reset":
+        user = session.get_one(User, invitation.user_id)
+        check_password_policy(password, user.username)
+        user.password_hash = hash_password(password)
+        end_sessions(session, user.id)
+        session.flush()
+        return user
+    if username is None:
+        raise Unprocessable("choose a username")
+    if get_user_by_name(session, username) is not None:
+        raise Conflict(f"username {username!r} is taken: choose another")
+    check_password_policy(password, username)
+    return create_user(session, username=username, password=password, role=invitation.role)
+
+
+def purge_expired_invitations(session: Session) -> int:
+    """Delete links past their expiry, used or not (a used one is worthless once it would have
+    expired anyway); returns how many."""
+    return session.execute(sa.delete(Invitation).where(Invitation.expires_at <= utcnow())).rowcount

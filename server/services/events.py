@@ -8,6 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from server.models import Event
+from server.webhooks.service import enqueue_deliveries
 
 RECORDED_EVENTS = "swarmhub.recorded_events"
 """Key in Session.info listing the events of the open transaction, for `commit_and_publish`."""
@@ -22,11 +23,13 @@ def record_event(
     peer_id: int | None = None,
     data: dict[str, Any] | None = None,
 ) -> Event:
-    """Add an event; `server.publish.commit_and_publish` sends it to dashboards after the commit."""
+    """Add an event; `server.publish.commit_and_publish` sends it to dashboards after the commit, and
+    the run's webhooks that want its kind are owed it in this same transaction (`server.webhooks`)."""
     event = Event(run_id=run_id, peer_id=peer_id, kind=kind, message=message, data=data or {})
     session.add(event)
     session.flush()
     session.info.setdefault(RECORDED_EVENTS, []).append(event)
+    enqueue_deliveries(session, event)
     return event
 
 

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from server.errors import Conflict, NotFound
+from server.errors import Conflict, Forbidden, NotFound
 from server.models import Peer, Run, Step, User, fill_run_settings, run_settings, utcnow
-from server.schemas import RunDetail, RunOut
+from server.schemas import LossPoint, RunDetail, RunHealthOut, RunLabelsUpdate, RunOut
 from server.services.events import record_event
 from server.services.steps import latest_loss
 from swarmhub.presets import get_preset
 from swarmhub.run_settings import RunSettings
 from swarmhub.status import PeerState, RunStatus
 from swarmhub.wire import RunSpec
+
+HealthOf = Callable[[Run], RunHealthOut]
+"""A run's health now, from the live swarm (`LiveSwarm.health`)."""
 
 # action -> (statuses it may start from, status it leads to, event kind)
 TRANSITIONS: dict[str, tuple[frozenset[RunStatus], RunStatus, str]] = {
@@ -45,17 +49,22 @@ def _visible(query: sa.Select, user: User) -> sa.Select:
     return query if user.role == "admin" else query.where(Run.owner_id == user.id)
 
 
-def visible_runs(session: Session, user: User) -> list[Run]:
-    return list(session.scalars(_visible(sa.select(Run), user).order_by(Run.id.desc())))
+def visible_runs(session: Session, user: User, *, archived: bool = True) -> list[Run]:
+    query = _visible(sa.select(Run), user)
+    if not archived:
+        query = query.where(Run.archived.is_(False))
+    return list(session.scalars(query.order_by(Run.id.desc())))
 
 
-def visible_run_details(session: Session, user: User) -> list[RunDetail]:
-    """The runs this user may see, newest first, with peer counts and latest losses.
+def visible_run_details(
+    session: Session, user: User, *, health: HealthOf, archived: bool = False
+) -> list[RunDetail]:
+    """The runs this user may see, newest first, with peer counts, latest losses and health.
 
     Three queries whatever the number of runs: the runs, peer counts grouped by run and state, and
     each run's newest step with a loss. The grouped queries select their runs with the same filter
     (as a subquery), so an admin's list of thousands of runs binds no list of ids."""
-    listed = visible_runs(session, user)
+    listed = visible_runs(session, user, archived=archived)
     if not listed:
         return []
     run_ids = _visible(sa.select(Run.id), user).scalar_subquery()
@@ -81,7 +90,10 @@ def visible_run_details(session: Session, user: User) -> list[RunDetail]:
             )
         )
     }
-    return [_detail(run, peer_counts=counts[run.id], latest_loss=losses.get(run.id)) for run in listed]
+    return [
+        _detail(run, peer_counts=counts[run.id], latest_loss=losses.get(run.id), health=health(run))
+        for run in listed
+    ]
 
 
 def get_run_for(session: Session, user: User, run_id: int) -> Run:
@@ -97,10 +109,46 @@ def change_status(session: Session, run: Run, action: str, *, by: User) -> Run:
     if run.status not in sources:
         raise Conflict(f"cannot {action} a run that is {run.status}")
     run.status = target
+    if target == RunStatus.ARCHIVED:
+        run.archived = True
     run.updated_at = utcnow()
     session.flush()
     record_event(session, run_id=run.id, kind=kind, message=f"run {target} by {by.username}")
     return run
+
+
+def update_labels(session: Session, run: Run, labels: RunLabelsUpdate, *, by: User) -> Run:
+    """Tags, notes and archiving are the owner's alone: an admin sees them but does not rewrite them."""
+    if run.owner_id != by.id:
+        raise Forbidden("only the run's owner edits its tags, notes and archiving")
+    if labels.tags is not None:
+        run.tags = list(dict.fromkeys(labels.tags))
+    if labels.notes is not None:
+        run.notes = labels.notes
+    if labels.archived is not None and labels.archived != run.archived:
+        run.archived = labels.archived
+        kind = "run_filed" if labels.archived else "run_unfiled"
+        verb = "archived" if labels.archived else "unarchived"
+        record_event(session, run_id=run.id, kind=kind, message=f"run {verb} (list only) by {by.username}")
+    run.updated_at = utcnow()
+    session.flush()
+    return run
+
+
+def loss_curve(session: Session, run: Run, *, points: int) -> list[LossPoint]:
+    """About `points` losses spread evenly over the run's steps, oldest first: one query whatever the
+    run's length (a sparkline or an overlay needs the shape, not every step)."""
+    last = run.current_step
+    if last <= 0:
+        return []
+    count = min(points, last)
+    picks = sorted({round(i * (last - 1) / max(count - 1, 1)) for i in range(count)})
+    rows = session.execute(
+        sa.select(Step.step, Step.loss)
+        .where(Step.run_id == run.id, Step.step.in_(picks), Step.loss.is_not(None))
+        .order_by(Step.step)
+    )
+    return [LossPoint(step=step, loss=loss) for step, loss in rows]
 
 
 def peer_counts(session: Session, run_id: int) -> dict[PeerState, int]:
@@ -120,17 +168,25 @@ def run_counts_by_status(session: Session) -> dict[RunStatus, int]:
     }
 
 
-def _detail(run: Run, *, peer_counts: dict[PeerState, int], latest_loss: float | None) -> RunDetail:
+def _detail(
+    run: Run, *, peer_counts: dict[PeerState, int], latest_loss: float | None, health: RunHealthOut
+) -> RunDetail:
     return RunDetail(
         **RunOut.model_validate(run).model_dump(),
         parameter_count=get_preset(run.model_preset).parameter_count,
         peer_counts=peer_counts,
         latest_loss=latest_loss,
+        health=health,
     )
 
 
-def run_detail(session: Session, run: Run) -> RunDetail:
-    return _detail(run, peer_counts=peer_counts(session, run.id), latest_loss=latest_loss(session, run.id))
+def run_detail(session: Session, run: Run, *, health: HealthOf) -> RunDetail:
+    return _detail(
+        run,
+        peer_counts=peer_counts(session, run.id),
+        latest_loss=latest_loss(session, run.id),
+        health=health(run),
+    )
 
 
 def run_spec(run: Run) -> RunSpec:

@@ -16,12 +16,14 @@ from sqlalchemy.orm import Session
 from server.checkpoints import service as checkpoints
 from server.errors import NotFound
 from server.frames import peer_frame, run_frame, step_frame
+from server.ledger.service import add_credits, count_failure
 from server.models import Peer, Run, StageAssignment, Step, utcnow
 from server.services.events import record_event
 from server.services.peers import authenticate_peer
 from server.services.steps import record_metric, record_step
 from server.swarm.decisions import RecordEvent, RecordStep
 from swarmhub.status import PeerState, RunStatus
+from swarmhub.units import per_stage
 from swarmhub.wire import ApplyStep, Hello
 
 Frame = tuple[int, dict[str, Any]]
@@ -65,6 +67,8 @@ def record_departure(
         return []  # the route that removed it wrote its departure
     peer.state = state
     peer.left_at = utcnow()
+    if state == PeerState.LOST:
+        count_failure(session, peer)
     record_event(
         session,
         run_id=peer.run_id,
@@ -150,6 +154,7 @@ def record_committed_step(session: Session, run_id: int, record: RecordStep) -> 
     step_row.learning_rate = record.learning_rate
     step_row.grad_scale = record.grad_scale
     step_row.attempts = list(record.attempts)
+    add_credits(session, run_id, record.credits)
     rate = record.samples_done / max(record.duration_s, 1e-9)
     for name, value in (
         ("samples_per_s", rate),
@@ -160,6 +165,7 @@ def record_committed_step(session: Session, run_id: int, record: RecordStep) -> 
         ("spot_check_seconds", record.check_seconds),
         ("spot_check_largest_agreeing", record.check_largest_agreeing),
         ("time_compute_s", record.time_compute_s),
+        ("time_network_s", record.time_network_s),
         ("time_waiting_s", record.time_waiting_s),
         ("time_averaging_s", record.time_averaging_s),
         ("time_coordinator_s", record.time_coordinator_s),
@@ -175,7 +181,7 @@ def record_committed_step(session: Session, run_id: int, record: RecordStep) -> 
             session,
             run_id=run_id,
             kind="samples_lost",
-            message=f"step {record.step}: samples lost per stage {lost} of {record.samples_sent} sent",
+            message=f"step {record.step}: samples lost ({per_stage(lost)}) of {record.samples_sent} sent",
             data={"step": record.step, "lost": lost, "sent": record.samples_sent},
         )
     frames = [(run_id, step_frame(step_row))]
@@ -216,9 +222,16 @@ class PeerFigures:
     """Peer id -> bytes/s this peer measured to it (its last heartbeat)."""
     last_heartbeat: datetime
 
-    def figures(self) -> tuple[float, int, int, tuple[tuple[int, float], ...]]:
-        """What is worth a write when it changes (a heartbeat's time alone is not)."""
-        return (self.throughput, self.queue_length, self.samples_done, tuple(sorted(self.link_rates.items())))
+    def figures(self) -> tuple[float, int, int, tuple[tuple[int, float], ...], datetime]:
+        """What is worth a write when it changes, the heartbeat's time included: a paused or idle
+        peer's other figures stay the same, and dashboards judge liveness by that time."""
+        return (
+            self.throughput,
+            self.queue_length,
+            self.samples_done,
+            tuple(sorted(self.link_rates.items())),
+            self.last_heartbeat,
+        )
 
 
 def store_figures(session: Session, figures: list[PeerFigures]) -> list[Frame]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from server.policies.health import RunHealth
+from server.policies.ledger import PeerCredit
 from swarmhub.status import PeerState
 from swarmhub.wire import ApplyStep, Message, PeerEndpoint
 
@@ -101,10 +103,11 @@ class RecordStep:
     check_seconds: float
     check_largest_agreeing: float
     time_compute_s: float
+    time_network_s: float
     time_waiting_s: float
     time_averaging_s: float
     time_coordinator_s: float
-    """Where the step's time went; the four add up to one whole step (`server.policies.step_time`)."""
+    """Where the step's time went; the five add up to one whole step (`server.policies.step_time`)."""
     cache_hits: int
     cache_misses: int
     """Activation-cache hits and misses the stage servers reported while the step was open."""
@@ -112,8 +115,27 @@ class RecordStep:
     grad_scale: float
     attempts: tuple[int, ...]
     finished: bool
+    credits: tuple[PeerCredit, ...] = ()
+    """Each peer's contribution to the step, added to its ledger in the step's own write."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HealthChanged:
+    """The run's health changed (state, reason or a stage's colour): keep it for the API, tell dashboards."""
+
+    health: RunHealth
+    now: float
+    """The machine's clock when it was computed, to turn `health`'s times into clock times."""
 
 
 Decision = (
-    Send | Close | AssignStage | RecordEvent | RecordDeparture | ProbePeer | RecordReachability | RecordStep
+    Send
+    | Close
+    | AssignStage
+    | RecordEvent
+    | RecordDeparture
+    | ProbePeer
+    | RecordReachability
+    | RecordStep
+    | HealthChanged
 )

@@ -8,6 +8,10 @@ No I/O and no clock: inputs carry `now`, decisions are returned for the shell to
 
 from __future__ import annotations
 
+from typing import Any
+
+from server.policies.health import HealthInputs, HealthWatch, RunHealth, RunState, StageInput, run_health
+from server.policies.silence import Silence, silence
 from server.swarm import decisions as do
 from server.swarm import inputs as on
 from server.swarm.members import Member
@@ -38,12 +42,24 @@ SWARM_VIEW_REFRESH_S = 10.0
 often keeps rates current without sending every peer the whole swarm on every heartbeat."""
 STAGE_RETRY_S = 5.0
 """A peer that could not load its stage is assigned it again (with the sources live then) this often."""
+STALL_AFTER_HEARTBEAT_TIMEOUTS = 4
+"""A whole swarm that finishes no work for this many heartbeat timeouts (and at least an averaging
+deadline, the longest a healthy step may sit in averaging) counts as stalled."""
 
 
 class RunMachine(Verification):
     """A run's whole coordination logic: the one entry point, peer messages and the clock, over
     `Verification` (spot checks and contribution checks), `Membership` (who serves what) and
     `StepCycle` (the phases of the step)."""
+
+    def __init__(self, *, now: float, **kwargs: Any) -> None:
+        super().__init__(now=now, **kwargs)
+        self.watch = HealthWatch(started=now)
+        self.last_tick = now
+        self.health: RunHealth | None = None
+        """As last decided (`do.HealthChanged`); computed on every tick."""
+        self.stalled_since: float | None = None
+        """When the open stall began (recorded as `run_stalled`, not yet `run_recovered`)."""
 
     # ---- the one entry point --------------------------------------------------------------------
 
@@ -71,6 +87,9 @@ class RunMachine(Verification):
             case on.StatusSet():
                 self.status = event.status
                 self._broadcast(RunStatusChanged(status=event.status))
+                if event.status == RunStatus.ACTIVE:
+                    self.watch.progressed(event.now)  # resumed: work is expected from now on
+                self._check_health(event.now)
             case on.CheckpointWanted():
                 if self.status != RunStatus.ACTIVE:
                     self._request_checkpoint()
@@ -83,7 +102,8 @@ class RunMachine(Verification):
                     self._out.append(
                         do.Close(peer_id=member.peer_id, code=1008, reason=f"removed: {event.reason}")
                     )
-                    self._forget(member, event.now)
+                    # Whatever the owner kicked it for, its share of a finished average is not kept.
+                    self._forget(member, event.now, distrusted=True)
         return self._out
 
     # ---- peer messages --------------------------------------------------------------------------
@@ -98,6 +118,7 @@ class RunMachine(Verification):
                 member.links = message.links
                 self._count_checks(member, message.spot_checks)
                 self._count_cache(member.peer_id, message.activation_cache)
+                self._count_claims(member.peer_id, message.samples_done, message.compute_seconds)
             case WorkRequest():
                 self._send(member, self._grant(member, now))
             case MicrobatchDone():
@@ -106,6 +127,7 @@ class RunMachine(Verification):
                         server = self.members.get(call.peer_id)
                         if server is not None and server is not member:
                             server.observe(member.peer_id, call.samples / call.seconds)
+                    self.watch.progressed(now)
                     book.complete(
                         message.microbatch_id,
                         message.loss,
@@ -134,6 +156,7 @@ class RunMachine(Verification):
             case AveragingDone():
                 round_ = self.rounds.get(message.stage)
                 if self.phase == Phase.AVERAGING and message.step == book.step and round_ is not None:
+                    self.watch.progressed(now)
                     round_.report(
                         member.peer_id,
                         message.attempt,
@@ -147,6 +170,7 @@ class RunMachine(Verification):
                     self._maybe_record(now)
             case StepApplied():
                 if self.phase == Phase.APPLYING and message.step == book.step:
+                    self.watch.progressed(now)
                     self.pending_apply.discard(member.peer_id)
                     self._maybe_open_next(now)
             case PeerUnreachable():
@@ -175,9 +199,16 @@ class RunMachine(Verification):
             return NoWork(step=step, reason=f"run is {self.status}")
         if self.phase != Phase.COLLECTING:
             return NoWork(step=step, reason=f"step {step} is {self.phase}")
-        empty = [s for s in range(self.spec.num_stages) if not self.ready(s)]
+        # One pass over the members, not one per stage: asked at every grant, of thousands of members.
+        served = {m.stage for m in self.members.values() if m.ready}
+        empty = [s for s in range(self.spec.num_stages) if s not in served]
         if empty:
             return NoWork(step=step, reason=f"stage {empty[0]} has no ready peer")
+        if self.grant_cap is not None and len(self.book.outstanding) >= self.grant_cap:
+            return NoWork(
+                step=step,
+                reason=f"{self.grant_cap} microbatches in flight, as many as the stages serve in time",
+            )
         grant = self.book.grant(member.peer_id)
         if grant is None:
             return NoWork(step=step, reason=f"step {step} has all its microbatches")
@@ -193,11 +224,25 @@ class RunMachine(Verification):
 
     def _tick(self, now: float) -> None:
         timeout = self.settings.heartbeat_timeout_s
+        gap, self.last_tick = max(0.0, now - self.last_tick), now
         for member in list(self.members.values()):
-            if member.peer_id in self.members and now - member.last_seen > timeout:
+            if member.peer_id not in self.members:
+                continue
+            verdict = silence(
+                silent_s=now - member.last_seen,
+                heartbeat_interval_s=self.settings.heartbeat_interval_s,
+                heartbeat_timeout_s=timeout,
+                probed=member.probed_silence == member.last_seen,
+                reachable=member.reachable,
+                coordinator_gap_s=gap,
+            )
+            if verdict == Silence.LOST:
                 self._out.append(do.Close(peer_id=member.peer_id, code=1001, reason="heartbeat timeout"))
                 self._forget(member, now)
                 self._depart(member, PeerState.LOST, f"no heartbeat for {timeout:g}s")
+            elif verdict == Silence.PROBE:
+                member.probed_silence = member.last_seen
+                self._out.append(do.ProbePeer(peer_id=member.peer_id, address=member.address))
         if now - self.view_sent >= SWARM_VIEW_REFRESH_S:
             self._send_view(now)
         self._retry_record(now)
@@ -209,6 +254,63 @@ class RunMachine(Verification):
                 self._assign(member, member.stage, "loading its stage failed; trying again", now)
         self._maybe_barrier(now)
         self._maybe_rebalance(now)
+        self._check_health(now)
+
+    # ---- health ---------------------------------------------------------------------------------
+
+    def _check_health(self, now: float) -> None:
+        """Compute the run's health; on a change tell the shell, and record a stall and its end."""
+        stages = self.spec.num_stages
+        ready, loading, rate = [0] * stages, [0] * stages, [0.0] * stages
+        for member in self.members.values():
+            if member.stage is None or member.stage >= stages:
+                continue
+            if member.ready:
+                ready[member.stage] += 1
+                rate[member.stage] += member.effective_throughput
+            elif member.loading:
+                loading[member.stage] += 1
+        self.watch.observe(now, ready)
+        timeout = self.settings.heartbeat_timeout_s
+        health = run_health(
+            HealthInputs(
+                now=now,
+                status=self.status,
+                stages=tuple(
+                    StageInput(
+                        ready=ready[s],
+                        loading=loading[s],
+                        rate=rate[s],
+                        last_ready=self.watch.last_ready.get(s),
+                    )
+                    for s in range(stages)
+                ),
+                peers=len(self.members),
+                last_progress=self.watch.last_progress,
+                whole_since=self.watch.whole_since,
+                stall_after_s=max(
+                    self.settings.averaging_deadline_s,
+                    *(self.averaging_limit_s(s) for s in self.rounds),
+                    STALL_AFTER_HEARTBEAT_TIMEOUTS * timeout,
+                ),
+            )
+        )
+        if self.health is not None and self.health.key() == health.key():
+            return
+        self.health = health
+        if health.state == RunState.STALLED and self.stalled_since is None:
+            self.stalled_since = health.since if health.since is not None else now
+            self._event("run_stalled", f"stalled: {health.reason}", None, reason=health.reason)
+        elif health.training and self.stalled_since is not None:
+            stalled_for = now - self.stalled_since
+            self.stalled_since = None
+            self._event(
+                "run_recovered",
+                f"training again after {stalled_for:.0f}s stalled",
+                None,
+                stalled_s=round(stalled_for, 1),
+            )
+        self._out.append(do.HealthChanged(health=health, now=now))
 
     def _step_opened(self, now: float) -> None:
         for member in list(self.members.values()):

@@ -34,7 +34,15 @@ class Member:
     samples_done: int = 0
     links: dict[int, float] = field(default_factory=dict)
     """Its last heartbeat's measured link rates: peer id -> bytes per second."""
+    inbound_link: float | None = None
+    """The best rate any member measured to it (bytes/s; `rebalance.inbound_link_rates`), as of the
+    last refresh of the grant cap; None until someone measured it."""
     last_seen: float = 0.0
+    probed_silence: float | None = None
+    """Its `last_seen` when the coordinator last probed it for its silence (`policies.silence`): one
+    probe per silence."""
+    connected_at: float = 0.0
+    """When its channel was admitted (the machine's clock): its uptime counts from there."""
     assigned_at: float = 0.0
     rate: RateEstimate = field(default_factory=RateEstimate)
     """Its smoothed rate on its current stage (what rebalancing decides on), read from the heartbeats

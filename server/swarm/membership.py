@@ -9,6 +9,7 @@ whenever one exists: a failed load is retried, never replaced by a fresh initial
 
 from __future__ import annotations
 
+from server.policies.grant_pacing import served_rate
 from server.policies.rate_estimate import RateEstimate
 from server.policies.rebalance import (
     COPY_SOURCES,
@@ -83,13 +84,20 @@ class Membership(StepCycle):
             address=event.address,
             throughput=event.throughput,
             last_seen=event.now,
+            connected_at=event.now,
             fingerprint=event.fingerprint,
             trusted=event.trusted,
         )
         self.members[member.peer_id] = member
         self._send(
             member,
-            Welcome(peer_id=member.peer_id, run=self.spec, step=self.book.step, data_key=self.data_key),
+            Welcome(
+                peer_id=member.peer_id,
+                run=self.spec,
+                step=self.book.step,
+                data_key=self.data_key,
+                heartbeat_interval_s=self.settings.heartbeat_interval_s,
+            ),
         )
         self._send(member, RunStatusChanged(status=self.status))
         if not self._reachability(member, event.probe_problem):
@@ -97,13 +105,19 @@ class Membership(StepCycle):
         if event.stage is not None:
             self._assign(member, event.stage, "rejoined its stage", event.now)
             return
-        placed = [m for m in self.members.values() if m.stage is not None]
-        stages = range(self.spec.num_stages)
-        stage = choose_stage(
-            [sum(m.effective_throughput for m in placed if m.stage == s) for s in stages],
-            [sum(1 for m in placed if m.stage == s) for s in stages],
-            event.requested_stage,
-        )
+        # One pass over the members, not one per stage: a join storm of thousands asks at every join.
+        # Each counts at what it serves: a peer whose links carry less than it computes weakens its
+        # stage, and a stage of such peers is the one a joiner should strengthen.
+        per_sample = self._bytes_per_sample()
+        throughputs = [0.0] * self.spec.num_stages
+        counts = [0] * self.spec.num_stages
+        for m in self.members.values():
+            if m.stage is not None:
+                throughputs[m.stage] += served_rate(
+                    m.effective_throughput, m.inbound_link, per_sample[m.stage]
+                )
+                counts[m.stage] += 1
+        stage = choose_stage(throughputs, counts, event.requested_stage)
         self._assign(member, stage, "joined", event.now)
 
     def _reachability(self, member: Member, problem: str | None) -> bool:
@@ -156,14 +170,16 @@ class Membership(StepCycle):
             )
         )
 
-    def _forget(self, member: Member, now: float) -> None:
-        """Route around a departed peer at once: its work failed, its averaging share is gone."""
+    def _forget(self, member: Member, now: float, *, distrusted: bool = False) -> None:
+        """Route around a departed peer at once: its work failed, and its averaging round is tried
+        again without it, unless the round already completed (the others apply the sum they agreed
+        on) and the peer is not `distrusted` (removed as faulty: nothing of it is kept)."""
         del self.members[member.peer_id]
         self.blame.forget(member.peer_id)
         self.book.fail_trainer(member.peer_id)
         if self.phase == Phase.AVERAGING:
             for stage, round_ in list(self.rounds.items()):
-                if member.peer_id in round_.group:
+                if round_.restarts_without(member.peer_id, distrusted=distrusted):
                     self._restart_round(stage, frozenset({member.peer_id}), now)
             self._maybe_record(now)
         elif self.phase == Phase.APPLYING:
@@ -217,9 +233,12 @@ class Membership(StepCycle):
 
     def _had_reason_to_call(self, reporter: Member, target: Member, now: float) -> bool:
         """A report counts only from a peer that had reason to call the target: a trainer granted work
-        lately while the target served a stage, a member of the target's averaging group, or a joiner
-        the target was offered to as a state source."""
-        if target.stage is not None and now - reporter.last_granted <= REPORT_WINDOW_S:
+        lately (or still holding a microbatch: a call times out long after its grant) while the target
+        served a stage, a member of the target's averaging group, or a joiner the target was offered
+        to as a state source."""
+        if target.stage is not None and (
+            now - reporter.last_granted <= REPORT_WINDOW_S or self.book.holds_outstanding(reporter.peer_id)
+        ):
             return True
         round_ = self.rounds.get(target.stage) if target.stage is not None else None
         if (
@@ -249,6 +268,11 @@ class Membership(StepCycle):
                 reporter, f"reported peer {target.peer_id} unreachable without reason to call it", now
             )
             return
+        round_ = self.rounds.get(target.stage) if target.stage is not None else None
+        if self.phase == Phase.AVERAGING and round_ is not None:
+            # Kept with the round whatever the blame verdict: a probe that reaches a slow uploader
+            # clears the blame, not the fact that its gradients came too late.
+            round_.missed(reporter.peer_id, target.peer_id)
         verdict = self.blame.report(
             target=target.peer_id,
             reporter=reporter.peer_id,
@@ -268,7 +292,14 @@ class Membership(StepCycle):
             return
         if result.problem is None:
             self.blame.cleared(target.peer_id)
-        else:
+        elif target.probed_silence == target.last_seen:
+            self._evict_unreachable(
+                target,
+                f"no heartbeat for {result.now - target.last_seen:.0f}s, and the coordinator could not reach"
+                f" it: {result.problem}",
+                result.now,
+            )
+        elif target.peer_id in self.blame.reports:
             self._evict_unreachable(
                 target, f"reported, and the coordinator could not reach it: {result.problem}", result.now
             )
@@ -291,7 +322,7 @@ class Membership(StepCycle):
         self._out.append(
             do.Close(peer_id=target.peer_id, code=FAULTY_CLOSE_CODE, reason=f"removed: {reason}")
         )
-        self._forget(target, now)
+        self._forget(target, now, distrusted=True)
         self._depart(target, PeerState.KICKED, f"faulty: {reason}")
 
     def _check_norms(self, stage: int, now: float) -> None:

@@ -19,9 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from server.policies.averaging import AveragingRound
+from server.policies.averaging import AveragingRound, push_allowance_s, round_limit_s
+from server.policies.grant_pacing import outstanding_cap, served_rate
+from server.policies.ledger import FinishedMicrobatch, PeerCredit, Pending, Tally, claim_since, credit_step
+from server.policies.rebalance import inbound_link_rates, stage_bytes_per_sample
 from server.policies.step_book import StepBook
 from server.policies.step_time import split_step_time
+from server.policies.view_sample import deal_stages, view_groups, view_sample
 from server.swarm import decisions as do
 from server.swarm.members import Member
 from swarmhub.presets import get_preset
@@ -34,6 +38,7 @@ from swarmhub.wire import (
     Message,
     RunSpec,
     RunStatusChanged,
+    StageTotal,
     StepBarrier,
     StepCommitted,
     SwarmView,
@@ -44,6 +49,9 @@ JOIN_HOLD_S = 15.0
 could chase the run forever when steps are quicker than copying a stage."""
 RECORD_RETRY_S = 5.0
 """A step write that was not confirmed (a database hiccup) is asked for again this often."""
+GRANT_CAP_REFRESH_S = 10.0
+"""The grant cap is recomputed with a swarm view at most this often (it reads every member's links);
+rates and links change slower than that."""
 
 
 class Phase(StrEnum):
@@ -56,6 +64,8 @@ class Phase(StrEnum):
 @dataclass(frozen=True, kw_only=True)
 class MachineSettings:
     heartbeat_timeout_s: float
+    heartbeat_interval_s: float
+    """What peers are told to keep to when they connect."""
     checkpoint_every_steps: int
     averaging_deadline_s: float
     """The least time an averaging round gets before it goes on without the members holding it up."""
@@ -84,6 +94,8 @@ class StepCycle:
         self.members: dict[int, Member] = {}
         self.rounds: dict[int, AveragingRound] = {}
         self.round_started: dict[int, float] = {}
+        self.push_allowance: dict[int, float] = {}
+        """Each round's push allowance as its barrier said (`push_allowance_s`)."""
         self.noop_groups: dict[int, frozenset[int]] = {}
         """Stages whose round passed its deadline with nobody to blame: these members take an empty step."""
         self.pending_apply: set[int] = set()
@@ -93,7 +105,16 @@ class StepCycle:
         """When the previous step's rounds completed; None until one did since the machine started."""
         self.cache_seen: dict[int, ActivationCacheTally] = {}
         """Each peer's last activation-cache running totals, so a step books only what is new."""
+        self.claims_seen: dict[int, Tally] = {}
+        """Each peer's last heartbeat running totals of samples served and compute seconds."""
+        self.pending: dict[int, Pending] = {}
+        """What serving peers claimed and trainers received from them, not matched yet (the ledger)."""
         self.view_sent = -1e9
+        self.views_sent = 0
+        """Seeds each refresh's samples (`view_sample.deal_stages`): a member sees other peers each time."""
+        self.grant_cap: int | None = None
+        """Most microbatches outstanding at once (`grant_pacing`), as of `grant_cap_at`."""
+        self.grant_cap_at = -1e9
         self.checkpoint_wanted = False
         self._recording: tuple[do.RecordStep, dict[int, ApplyStep]] | None = None
         self._record_asked = 0.0
@@ -133,9 +154,18 @@ class StepCycle:
 
     def _send_barrier(self, stage: int) -> None:
         round_ = self.rounds[stage]
-        group = [self.members[p].endpoint() for p in sorted(round_.group) if p in self.members]
-        barrier = StepBarrier(step=self.book.step, attempt=round_.attempt, stage=stage, group=group)
-        self._out.append(do.Send(peer_ids=tuple(e.peer_id for e in group), message=barrier))
+        members = [self.members[p] for p in sorted(round_.group) if p in self.members]
+        links = [m.inbound_link for m in members if m.inbound_link is not None]
+        allowance = push_allowance_s(self._stage_gradient_bytes(), len(members), min(links, default=None))
+        self.push_allowance[stage] = allowance
+        barrier = StepBarrier(
+            step=self.book.step,
+            attempt=round_.attempt,
+            stage=stage,
+            group=[m.endpoint() for m in members],
+            push_timeout_s=allowance,
+        )
+        self._out.append(do.Send(peer_ids=tuple(m.peer_id for m in members), message=barrier))
 
     def _maybe_record(self, now: float) -> None:
         if self.phase != Phase.AVERAGING or not all(r.complete() for r in self.rounds.values()):
@@ -157,8 +187,10 @@ class StepCycle:
             barrier=self.barrier_at,
             averaged=now,
             compute_s=sum(book.served_compute.values()),
+            network_s=sum(book.served_network.values()),
             serving_peers=len(book.served_compute),
         )
+        credits = self._credits(now)
         self.averaged_at = now
         applies = {
             s: ApplyStep(
@@ -187,6 +219,7 @@ class StepCycle:
             check_seconds=book.check_seconds,
             check_largest_agreeing=book.check_largest_agreeing,
             time_compute_s=times.compute_s,
+            time_network_s=times.network_s,
             time_waiting_s=times.waiting_s,
             time_averaging_s=times.averaging_s,
             time_coordinator_s=times.coordinator_s,
@@ -196,6 +229,7 @@ class StepCycle:
             grad_scale=scale,
             attempts=tuple(self.rounds[s].attempt for s in stages),
             finished=spec.max_steps is not None and book.step + 1 >= spec.max_steps,
+            credits=credits,
         )
         self._recording = (record, applies)
         self._record_asked = now
@@ -237,6 +271,41 @@ class StepCycle:
             return
         self._step_opened(now)
 
+    def _credits(self, now: float) -> tuple[PeerCredit, ...]:
+        """Each peer's contribution to the step being recorded (`server.policies.ledger`); the
+        window for uptime runs from the previous step's averaging (or this step's start) to now."""
+        book = self.book
+        failed: dict[int, int] = {}
+        for grant in book.failed.values():
+            failed[grant.trainer_id] = failed.get(grant.trainer_id, 0) + 1
+        since = self.step_started if self.averaged_at is None else self.averaged_at
+        result = credit_step(
+            finished=[
+                FinishedMicrobatch(
+                    microbatch_id=mb,
+                    trainer_id=grant.trainer_id,
+                    samples=grant.samples,
+                    bytes_moved=book.reports.get(mb, (0, ()))[0],
+                    served=book.reports.get(mb, (0, ()))[1],
+                )
+                for mb, grant in book.done.items()
+            ],
+            counted_per_stage=[frozenset(self.rounds[s].counted()) for s in range(self.spec.num_stages)],
+            failed_by_trainer=failed,
+            pending=self.pending,
+            uptime_s={p: now - max(since, m.connected_at) for p, m in self.members.items()},
+        )
+        # Figures of peers that are gone can no longer be matched.
+        self.pending = {p: c for p, c in result.pending.items() if p in self.members}
+        return result.credits
+
+    def _count_claims(self, peer_id: int, samples_total: int, compute_total_s: float) -> None:
+        """Book a heartbeat's serving claims new since the peer's last one."""
+        new, self.claims_seen[peer_id] = claim_since(
+            self.claims_seen.get(peer_id), samples_total, compute_total_s
+        )
+        self.pending[peer_id] = self.pending.get(peer_id, Pending()).claim(new)
+
     def _count_cache(self, peer_id: int, tally: ActivationCacheTally) -> None:
         """Book a heartbeat's activation-cache hits and misses new since the peer's last one."""
         before = self.cache_seen.get(peer_id, ActivationCacheTally())
@@ -265,16 +334,17 @@ class StepCycle:
 
     def _expire_rounds(self, now: float, blamed: set[int]) -> None:
         """Rounds past their deadline go on without the members holding them up, so one peer's
-        silence never stalls the run: first those that did not report, else those others blame;
-        with nobody to blame the stage takes an empty step (its samples recorded lost)."""
+        silence never stalls the run: first those that did not report, else those whose
+        contributions others gave up waiting for (`AveragingRound.holding_up`; a slow uploader is
+        reachable, so a probe clears the blame against it, but it still held the round up), else
+        those others blame; with nobody to blame the stage takes an empty step (its samples lost)."""
         if self.phase != Phase.AVERAGING:
             return
         for stage, round_ in list(self.rounds.items()):
-            limit = max(self.settings.averaging_deadline_s, self._transfer_allowance_s(len(round_.group)))
+            limit = self.averaging_limit_s(stage)
             if round_.complete() or now - self.round_started[stage] < limit:
                 continue
-            reported = frozenset(round_.reports)
-            drop = round_.group - reported if reported else round_.group & blamed
+            drop = round_.going_on_without(blamed)
             if drop and drop != round_.group:
                 for peer_id in drop:
                     self.members[peer_id].ready = False
@@ -303,11 +373,13 @@ class StepCycle:
                 )
         self._maybe_record(now)
 
-    def _transfer_allowance_s(self, members: int) -> float:
-        """Twice what a peer allows itself to push a stage's float32 gradients to its group."""
-        preset = get_preset(self.spec.model_preset)
-        stage_bytes = 4 * preset.parameter_count / self.spec.num_stages
-        return 2 * (10.0 + stage_bytes * members / 5e6)
+    def averaging_limit_s(self, stage: int) -> float:
+        """How long the stage's round may take before it goes on without the members holding it up."""
+        return round_limit_s(self.settings.averaging_deadline_s, self.push_allowance.get(stage, 0.0))
+
+    def _stage_gradient_bytes(self) -> float:
+        """A stage's float32 gradient sum, what each member pushes to each other."""
+        return 4 * get_preset(self.spec.model_preset).parameter_count / self.spec.num_stages
 
     # ---- output helpers -------------------------------------------------------------------------
 
@@ -319,7 +391,54 @@ class StepCycle:
 
     def _send_view(self, now: float) -> None:
         self.view_sent = now
-        self._broadcast(SwarmView(step=self.book.step, peers=[m.endpoint() for m in self.ready()]))
+        ready = self.ready()
+        # Reading every member's links costs far more than the view: not at every join of a storm.
+        if self.grant_cap is None or now - self.grant_cap_at >= GRANT_CAP_REFRESH_S:
+            self.grant_cap = self._grant_cap(ready)
+            self.grant_cap_at = now
+        self.views_sent += 1
+        endpoints = {m.peer_id: m.endpoint() for m in ready}
+        stages: list[list[int]] = [[] for _ in range(self.spec.num_stages)]
+        for m in ready:
+            if m.stage is not None:
+                stages[m.stage].append(m.peer_id)
+        totals = [StageTotal.of(endpoints[i] for i in ids) for ids in stages]
+        decks = deal_stages(stages, seed=self.views_sent)
+        groups = view_groups(decks)
+        samples = [view_sample(decks, group, groups) for group in range(groups)]
+        listed = [frozenset(sample) for sample in samples]
+        # A group's members share its message, or two: a ready member its sample leaves out is told
+        # so (its trainer counts itself in). A swarm of small stages gets one broadcast.
+        recipients: dict[tuple[int, bool], list[int]] = {}
+        for m in self.members.values():
+            group = m.peer_id % groups
+            omitted = m.ready and m.stage is not None and m.peer_id not in listed[group]
+            recipients.setdefault((group, omitted), []).append(m.peer_id)
+        peers = [[endpoints[i] for i in sample] for sample in samples]
+        for (group, omitted), peer_ids in recipients.items():
+            view = SwarmView(step=self.book.step, peers=peers[group], stages=totals, omits_recipient=omitted)
+            self._out.append(do.Send(peer_ids=tuple(peer_ids), message=view))
+
+    def _grant_cap(self, ready: list[Member]) -> int | None:
+        """`outstanding_cap` for the ready peers at the rates they serve (their links included);
+        refreshes every member's `inbound_link` on the way."""
+        links = inbound_link_rates({m.peer_id: m.links for m in self.members.values()})
+        for m in self.members.values():
+            m.inbound_link = links.get(m.peer_id)
+        per_sample = self._bytes_per_sample()
+        rates = [0.0] * self.spec.num_stages
+        peers = [0] * self.spec.num_stages
+        for m in ready:
+            if m.stage is not None:
+                rates[m.stage] += served_rate(m.effective_throughput, m.inbound_link, per_sample[m.stage])
+                peers[m.stage] += 1
+        return outstanding_cap(rates, peers, self.spec.microbatch_size)
+
+    def _bytes_per_sample(self) -> list[float]:
+        spec = self.spec
+        return stage_bytes_per_sample(
+            spec.num_stages, spec.seq_len, get_preset(spec.model_preset).d_model, spec.compression
+        )
 
     def _event(self, kind: str, message: str, member: Member | None, **data: object) -> None:
         self._out.append(

@@ -340,5 +340,5 @@ class Verification(Membership):
             )
         )
         self._event("peer_faulty", f"{target.name} banned as faulty: {reason}", target, **data)
-        self._forget(target, now)
+        self._forget(target, now, distrusted=True)
         self._depart(target, PeerState.BANNED, f"faulty: {reason}")

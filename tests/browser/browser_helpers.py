@@ -72,6 +72,8 @@ class Coordinator:
     url: str
     log: Path
     process: subprocess.Popen
+    database_url: str
+    """Its database, for tests that lay down history (steps, events) no browser action makes quickly."""
 
     def api(self, username: str, password: str) -> httpx.Client:
         """An API client signed in with a bearer token (no cookies, so no CSRF header needed)."""

@@ -45,7 +45,14 @@ from tests.required import import_module  # noqa: E402
 
 @pytest.fixture(scope="session")
 def frontend_dist() -> Path:
-    """The built dashboard; built here once (`npm ci && npm run build`) when missing."""
+    """The built dashboard; built here once (`npm ci && npm run build`) when missing.
+
+    SWARMHUB_TEST_FRONTEND_DIST points at another build, so that several people editing the
+    dashboard in one checkout each test their own without clobbering `frontend/dist`.
+    """
+    override = os.environ.get("SWARMHUB_TEST_FRONTEND_DIST")
+    if override:
+        return Path(override)
     if not (FRONTEND_DIST / "index.html").is_file():
         if shutil.which("npm") is None:
             pytest.fail("frontend/dist is missing and npm is not installed: run `make frontend`")
@@ -66,6 +73,7 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory, frontend_dist: Path) -
         **os.environ,
         "SWARMHUB_FRONTEND_DIR": str(frontend_dist),
         "SWARMHUB_CHECKPOINT_DIR": str(workdir / "checkpoints"),
+        "SWARMHUB_PEER_PACKAGE_DIR": str(workdir / "peer-package"),
         "SWARMHUB_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
         "SWARMHUB_CHECKPOINT_EVERY_STEPS": str(CHECKPOINT_EVERY_STEPS),
         "PYTHONUNBUFFERED": "1",
@@ -101,7 +109,7 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory, frontend_dist: Path) -
             stop_process(process)
             pytest.fail(f"swarmhub serve did not answer /healthz within 60 s:\n{tail(log)}")
         time.sleep(0.2)
-    coordinator = Coordinator(url=url, log=log, process=process)
+    coordinator = Coordinator(url=url, log=log, process=process, database_url=database_url)
     with coordinator.api(*ADMIN) as admin:
         admin.post(
             "/api/users", json={"username": OWNER[0], "password": OWNER[1], "role": "owner"}

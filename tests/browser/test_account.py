@@ -58,7 +58,7 @@ def test_an_admin_disables_a_user_from_the_admin_page(page, coordinator, admin_a
     violations = _csp_violations(page)
     with coordinator.api("quinn", "quinn's password") as quinn:
         sign_in(page, *ADMIN)
-        page.get_by_role("link", name="Admin").click()
+        page.get_by_role("link", name="Admin", exact=True).click()
         row = page.locator('[data-testid="admin-user"][data-username="quinn"]')
         page.once("dialog", lambda dialog: dialog.accept())
         row.get_by_role("button", name="Disable").click()

@@ -21,7 +21,7 @@ MORE_STEPS = 3
 
 def _trained(peer: PeerProcess) -> int:
     """Samples its trainer had driven through the pipeline at its last progress line."""
-    counts = re.findall(r"stage -\s.*?trained (\d+) samples", peer.log())
+    counts = re.findall(r"training only\s.*?trained (\d+) samples", peer.log())
     return int(counts[-1]) if counts else 0
 
 

@@ -33,7 +33,7 @@ def test_join_command_as_shown_trains_across_hosts(network: Lan, tmp_path) -> No
 
         # Each peer was told, and recorded as, its own host's address: what the others dial.
         for host, peer in zip(hosts, peers, strict=True):
-            announced = re.search(r"announced as (\S+);", peer.log())
+            announced = re.search(r"announced as (\S+)$", peer.log(), re.MULTILINE)
             assert announced is not None, swarm.logs()
             assert announced.group(1).rsplit(":", 1)[0] == host.address, swarm.logs()
         rows = swarm.peer_rows(run["id"])

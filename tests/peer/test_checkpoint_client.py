@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 
 import httpx
 import pytest
@@ -14,6 +15,7 @@ from peer.checkpoint_client import (
     latest_checkpoint_step,
     upload_stage_checkpoint,
 )
+from peer.console import Console
 from server.app import create_app
 from server.checkpoints.service import record_requests
 from server.models import Run
@@ -68,9 +70,16 @@ async def _scenario(tmp_path) -> None:
             )
         assert await latest_checkpoint_step(client, BASE, run_id, peer_id, credential) == 5
 
-        state, metadata = await download_stage_checkpoint(client, BASE, run_id, 5, 1, peer_id, credential)
+        shown = io.StringIO()
+        state, metadata = await download_stage_checkpoint(
+            client, BASE, run_id, 5, 1, peer_id, credential, console=Console("p", shown)
+        )
         assert torch.equal(state["model.w"], _state(1)["model.w"])
         assert metadata == {"note": "x", "run_id": str(run_id), "step": "5", "stage": "1"}
+        # The download's progress, to the whole of its length.
+        lines = shown.getvalue().splitlines()
+        assert lines and all(line.startswith("[p] downloading stage 1 of step 5") for line in lines)
+        assert "100%" in lines[-1]
 
         with pytest.raises(CheckpointError) as missing:
             await download_stage_checkpoint(client, BASE, run_id, 4, 0, peer_id, credential)

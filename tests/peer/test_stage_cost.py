@@ -15,6 +15,7 @@ from swarmhub.stage_cost import (
     stage_flops,
     stage_layers,
     stage_parameters,
+    stage_rate_from_block,
     stage_state_bytes,
 )
 
@@ -62,6 +63,18 @@ def test_a_large_vocabulary_makes_the_last_stage_the_dearest() -> None:
     assert even[1] == even[2] == heavy[1] == heavy[2]
     assert heavy[3] / heavy[0] > 5 > even[3] / even[0]
     assert stage_state_bytes(wide, 4)[3] > 5 * stage_state_bytes(wide, 4)[1]
+
+
+def test_a_stage_rate_from_the_block_benchmark_goes_by_cost_not_block_count() -> None:
+    """A peer just placed claims this until its calls are measured: at the head's stage of a large
+    vocabulary a block count's rate would claim several times what it serves (issue 13)."""
+    preset = get_preset("swarm-ref")
+    costs = stage_flops(preset, 4, 64)
+    rates = [stage_rate_from_block(60.0, preset, 4, 64, stage) for stage in range(4)]
+    blocks = preset.n_layer // 4
+    assert rates[1] == pytest.approx(60.0 / blocks)
+    assert rates[3] == pytest.approx(rates[1] * costs[1] / costs[3])
+    assert rates[3] < rates[1] / 5
 
 
 @pytest.mark.parametrize(("num_stages", "seq_len"), [(0, 8), (2, 0), (99, 8)])

@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.policies.averaging import AveragingRound
+from server.policies.averaging import (
+    ASSUMED_LINK_BYTES_PER_S,
+    PUSH_BASE_S,
+    SLOWEST_LINK_WAITED_FOR,
+    AveragingRound,
+    push_allowance_s,
+    round_limit_s,
+)
 
 GROUP = frozenset({1, 2, 3})
 
@@ -160,3 +167,111 @@ def test_properties(group: frozenset[int], reports: list[Report]) -> None:
     assert r.complete() == (set(accepted) == group and all(c == group for c, _ in accepted.values()))
     assert not (r.complete() and r.inconsistent())
     assert r.counted() == sorted(set().union(*(c for _, c in accepted.values())))
+
+
+# ---- losing a member -----------------------------------------------------------------------------
+
+WHOLE = [(1, 0, [1, 2, 3], ["a"]), (2, 0, [1, 2, 3], ["b"]), (3, 0, [1, 2, 3], ["c"])]
+
+
+@pytest.mark.parametrize(
+    ("reports", "lost", "distrusted", "restarts"),
+    [
+        pytest.param([], 2, False, True, id="nothing reported yet"),
+        pytest.param(WHOLE[:2], 3, False, True, id="lost before it reported"),
+        pytest.param(WHOLE[:2], 1, False, True, id="lost after it reported, the round not complete"),
+        pytest.param(WHOLE, 2, False, False, id="complete: the others apply the agreed sum"),
+        pytest.param(WHOLE, 2, True, True, id="complete, but removed as faulty: its share goes"),
+        pytest.param(WHOLE, 7, False, False, id="not a member"),
+        pytest.param([], 7, True, False, id="not a member, distrusted"),
+    ],
+)
+def test_a_lost_member_restarts_the_round_only_if_it_is_unfinished_or_distrusted(
+    reports: list[Report], lost: int, distrusted: bool, restarts: bool
+) -> None:
+    r = new_round()
+    for peer, attempt, contributors, counted in reports:
+        r.report(peer, attempt, contributors, counted)
+    assert r.restarts_without(lost, distrusted=distrusted) == restarts
+
+
+# Who held a round up: (reporter, target) pairs "reporter gave up waiting for target's contribution".
+@pytest.mark.parametrize(
+    ("missed", "holding_up"),
+    [
+        pytest.param([], set(), id="nobody missed anyone"),
+        pytest.param(
+            [(2, 3)], {3}, id="a slow uploader missed by one member only (its other push arrived in time)"
+        ),
+        pytest.param([(1, 3), (2, 3)], {3}, id="a slow uploader missed by every other member"),
+        pytest.param([(1, 2), (1, 3)], {1}, id="a member that cannot receive misses everyone"),
+        pytest.param([(1, 2), (2, 1)], {1}, id="two that missed each other: the lower id goes"),
+        pytest.param([(1, 3), (3, 3), (4, 3)], {3}, id="self and outsiders are not heard"),
+    ],
+)
+def test_holding_up_is_who_others_missed(missed: list[tuple[int, int]], holding_up: set[int]) -> None:
+    round_ = new_round()
+    for reporter, target in missed:
+        round_.missed(reporter, target)
+    assert round_.holding_up() == holding_up
+
+
+@given(st.lists(st.tuples(st.sampled_from(sorted(GROUP)), st.sampled_from(sorted(GROUP)))))
+@settings(max_examples=200, deadline=None)
+def test_going_on_without_those_holding_up_leaves_nobody_missing_anyone(
+    missed: list[tuple[int, int]],
+) -> None:
+    round_ = new_round()
+    for reporter, target in missed:
+        round_.missed(reporter, target)
+    drop = round_.holding_up()
+    assert drop < GROUP or not missed
+    assert all(reporter in drop or target in drop for reporter, target in missed if reporter != target)
+
+
+MB = 1e6
+
+
+@pytest.mark.parametrize(
+    ("members", "slowest_link", "allowance"),
+    [
+        pytest.param(3, None, PUSH_BASE_S + 3 * 8 * MB / ASSUMED_LINK_BYTES_PER_S, id="no link measured"),
+        pytest.param(3, 1e9, PUSH_BASE_S + 3 * 8 * MB / ASSUMED_LINK_BYTES_PER_S, id="fast links"),
+        pytest.param(3, 1 * MB, PUSH_BASE_S + 4 * 8 * MB / MB, id="a slow member: 2(K-1) sums at its rate"),
+        pytest.param(2, 1 * MB, PUSH_BASE_S + 2 * 8 * MB / MB, id="two members"),
+        pytest.param(
+            3, 1e3, PUSH_BASE_S + 4 * 8 * MB / SLOWEST_LINK_WAITED_FOR, id="a choked member is not waited for"
+        ),
+    ],
+)
+def test_push_allowance_follows_the_slowest_measured_link(
+    members: int, slowest_link: float | None, allowance: float
+) -> None:
+    assert push_allowance_s(8 * MB, members, slowest_link) == pytest.approx(allowance)
+
+
+@pytest.mark.parametrize(
+    ("reported", "missed", "blamed", "drop"),
+    [
+        pytest.param([2], [(3, 1)], set(), {1, 3}, id="some reported: without all who did not"),
+        pytest.param([], [(2, 1), (3, 1)], {3}, {1}, id="nobody reported: without those holding it up"),
+        pytest.param([], [], {3}, {3}, id="nothing missed: without those blamed"),
+        pytest.param([], [], set(), set(), id="nobody to blame: an empty step"),
+    ],
+)
+def test_a_round_past_its_deadline_goes_on_without(
+    reported: list[int], missed: list[tuple[int, int]], blamed: set[int], drop: set[int]
+) -> None:
+    round_ = new_round()
+    for peer_id in reported:
+        round_.report(peer_id, 0, sorted(GROUP), [])
+    for reporter, target in missed:
+        round_.missed(reporter, target)
+    assert round_.going_on_without(blamed) == drop
+
+
+@pytest.mark.parametrize(("allowance", "limit"), [(10.0, 60.0), (30.0, 60.0), (45.0, 90.0)])
+def test_a_round_gets_twice_its_allowance_and_no_less_than_the_deadline(
+    allowance: float, limit: float
+) -> None:
+    assert round_limit_s(60.0, allowance) == limit

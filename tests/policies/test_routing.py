@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from peer.routing import MIN_THROUGHPUT, StageRouter
+from peer.routing import MIN_THROUGHPUT, StageRouter, ban_seconds
 
 
 def router(
@@ -172,6 +172,38 @@ def test_ban_backs_off_exponentially_up_to_the_cap(
         back = now + ban
         assert 1 in {r.choose(1, back) for _ in range(4)}
         now = back + 0.5
+
+
+@pytest.mark.parametrize(
+    ("failures", "base", "cap", "expected"),
+    [
+        (1, 1.0, 30.0, 1.0),
+        (6, 1.0, 30.0, 30.0),
+        # A silent death keeps failing for as long as a run lasts: the 1,025th failure overflowed
+        # 2 ** (failures - 1) to float.
+        (1024, 1.0, 30.0, 30.0),
+        (1025, 1.0, 30.0, 30.0),
+        (100_000, 1.0, 30.0, 30.0),
+        (1025, 5.0, 100.0, 100.0),
+        (1025, 1e-300, 1.0, 1.0),
+        (100_000, 0.0, 30.0, 0.0),
+    ],
+)
+def test_ban_stays_at_the_cap_however_many_failures(
+    failures: int, base: float, cap: float, expected: float
+) -> None:
+    assert ban_seconds(failures, base, cap) == expected
+
+
+def test_a_peer_failing_thousands_of_times_stays_banned_for_the_cap() -> None:
+    r = router({1: 10.0, 2: 10.0}, seed=0, ban_base_s=1.0, ban_max_s=30.0)
+    now = 0.0
+    for _ in range(5000):
+        r.report_failure(1, now)
+        now += 31.0
+    r.report_failure(1, now)
+    assert r.choose(1, now + 29.9, exclude=frozenset({2})) is None
+    assert r.choose(1, now + 30.0, exclude=frozenset({2})) == 1
 
 
 def test_success_resets_the_backoff() -> None:

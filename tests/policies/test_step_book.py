@@ -270,6 +270,63 @@ def test_samples_of_counts_each_granted_id_once() -> None:
     assert b.samples_of([]) == 0
 
 
+# ---- at scale: running totals give the decisions the sums over the dicts gave -------------------
+
+
+def _by_sums(b: StepBook) -> tuple[int, int, int]:
+    """Done, outstanding and sent samples summed over the book's dicts (what the book once computed
+    at every grant)."""
+    done = sum(g.samples for g in b.done.values())
+    outstanding = sum(g.samples for g in b.outstanding.values())
+    return done, outstanding, done + outstanding + sum(g.samples for g in b.failed.values())
+
+
+@pytest.mark.parametrize(
+    ("trainers", "target", "microbatch", "fail_every", "lose_every"),
+    [
+        (1, 40, 4, 0, 0),
+        (3, 100, 8, 5, 0),
+        (50, 4096, 16, 7, 11),
+        (1000, 131_072, 8, 13, 97),
+        (3000, 16_384, 4, 0, 3),
+    ],
+)
+def test_many_trainers_get_the_grants_the_summed_books_give(
+    trainers: int, target: int, microbatch: int, fail_every: int, lose_every: int
+) -> None:
+    """Trainers take grants in turn; every `fail_every`-th microbatch fails, every `lose_every`-th
+    trainer vanishes with what it holds, the rest complete in the order granted. Each grant is the
+    size the summed books call for, and the totals, the barrier and `fail_trainer` agree with them."""
+    b = book(target=target, microbatch=microbatch)
+    sequence = 0
+    for trainer in range(trainers):
+        for _ in range(2):
+            done, outstanding, sent = _by_sums(b)
+            assert (b.samples_done, b.samples_outstanding, b.samples_sent) == (done, outstanding, sent)
+            g = b.grant(trainer)
+            if done + outstanding >= target:
+                assert g is None
+                break
+            assert g is not None
+            assert g.samples == grant_size(
+                target - done - outstanding, microbatch, target, first=sequence == 0
+            )
+            sequence += 1
+            if fail_every and sequence % fail_every == 0:
+                assert b.fail(g.microbatch_id) == g
+        if lose_every and trainer % lose_every == 0:
+            held = [g for g in b.outstanding.values() if g.trainer_id == trainer]
+            assert b.fail_trainer(trainer) == held
+    while b.outstanding or not b.ready_for_barrier():
+        for mb in list(b.outstanding):
+            assert b.complete(mb, 1.0)
+        while (g := b.grant(0)) is not None:
+            assert b.complete(g.microbatch_id, 1.0)
+    done, outstanding, sent = _by_sums(b)
+    assert (b.samples_done, b.samples_outstanding, b.samples_sent) == (done, outstanding, sent)
+    assert done == target and outstanding == 0
+
+
 # ---- property test ----------------------------------------------------------------------------
 
 _OPS = st.lists(
@@ -408,26 +465,31 @@ def test_random_event_sequences_keep_the_books(
 # ---- where the step's time and activation cache went ------------------------------------------------
 
 
-def test_served_compute_is_summed_per_serving_peer_for_finished_microbatches_only() -> None:
+def test_served_compute_and_network_are_summed_per_serving_peer_for_finished_microbatches_only() -> None:
     b = book(target=12)
     first, second, third = grant_all(b)
 
-    def call(peer_id: int, compute: float) -> ServedCall:
-        return ServedCall(peer_id=peer_id, samples=4, seconds=1.0, compute_seconds=compute)
+    def call(peer_id: int, compute: float, network: float = 0.0) -> ServedCall:
+        return ServedCall(
+            peer_id=peer_id, samples=4, seconds=1.0, compute_seconds=compute, network_seconds=network
+        )
 
-    assert b.complete(first.microbatch_id, 1.0, served=[call(1, 0.25), call(2, 0.5)])
-    assert b.complete(second.microbatch_id, 1.0, served=[call(2, 0.5), call(3, 0.0)])
+    assert b.complete(first.microbatch_id, 1.0, served=[call(1, 0.25, 0.5), call(2, 0.5, 0.125)])
+    assert b.complete(second.microbatch_id, 1.0, served=[call(2, 0.5, 0.25), call(3, 0.0)])
     # Repeated or failed: their calls are not booked.
-    assert not b.complete(first.microbatch_id, 1.0, served=[call(1, 9.0)])
+    assert not b.complete(first.microbatch_id, 1.0, served=[call(1, 9.0, 9.0)])
     b.fail(third.microbatch_id)
-    assert not b.complete(third.microbatch_id, 1.0, served=[call(4, 9.0)])
+    assert not b.complete(third.microbatch_id, 1.0, served=[call(4, 9.0, 9.0)])
     assert b.served_compute == {1: 0.25, 2: 1.0, 3: 0.0}
+    # The same serving peers as compute, so both have one denominator.
+    assert b.served_network == {1: 0.5, 2: 0.375, 3: 0.0}
     b.add_cache(3, 1)
     b.add_cache(2, 0)
     assert (b.cache_hits, b.cache_misses) == (5, 1)
     # The next step starts its own books.
     following = b.next_book()
-    assert (following.served_compute, following.cache_hits, following.cache_misses) == ({}, 0, 0)
+    assert (following.served_compute, following.served_network) == ({}, {})
+    assert (following.cache_hits, following.cache_misses) == (0, 0)
 
 
 @pytest.mark.parametrize(

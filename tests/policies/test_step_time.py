@@ -1,4 +1,5 @@
-"""split_step_time: the four parts of a step's time from its moments and its served compute."""
+"""split_step_time: the five parts of a step's time from its moments and its served compute and
+network time."""
 
 from __future__ import annotations
 
@@ -8,17 +9,24 @@ from server.policies.step_time import split_step_time
 
 
 @pytest.mark.parametrize(
-    ("previous", "opened", "barrier", "averaged", "compute", "peers", "expected"),
+    ("previous", "opened", "barrier", "averaged", "compute", "network", "peers", "expected"),
     [
         # The first step since the coordinator started: nothing before its opening.
-        (None, 10.0, 14.0, 15.0, 3.0, 2, (1.5, 2.5, 1.0, 0.0)),
-        (8.0, 10.0, 14.0, 15.0, 3.0, 2, (1.5, 2.5, 1.0, 2.0)),
+        (None, 10.0, 14.0, 15.0, 3.0, 0.0, 2, (1.5, 0.0, 2.5, 1.0, 0.0)),
+        (8.0, 10.0, 14.0, 15.0, 3.0, 0.0, 2, (1.5, 0.0, 2.5, 1.0, 2.0)),
+        # Network time is a mean over the same serving peers as compute; waiting is what is left.
+        (8.0, 10.0, 14.0, 15.0, 3.0, 2.0, 2, (1.5, 1.0, 1.5, 1.0, 2.0)),
         # No serving peer reported (a one-peer run's own calls still count; here nobody served).
-        (8.0, 10.0, 14.0, 15.0, 0.0, 0, (0.0, 4.0, 1.0, 2.0)),
-        # Busier than the step was long (a peer's clock, or calls of an earlier step): capped.
-        (8.0, 10.0, 14.0, 15.0, 20.0, 2, (4.0, 0.0, 1.0, 2.0)),
+        (8.0, 10.0, 14.0, 15.0, 0.0, 0.0, 0, (0.0, 0.0, 4.0, 1.0, 2.0)),
+        # Busier than the step was long (a peer's clock, or calls of an earlier step): capped, and
+        # compute first, so no network is left.
+        (8.0, 10.0, 14.0, 15.0, 20.0, 2.0, 2, (4.0, 0.0, 0.0, 1.0, 2.0)),
+        # Network capped at what compute left of collecting.
+        (8.0, 10.0, 14.0, 15.0, 4.0, 10.0, 2, (2.0, 2.0, 0.0, 1.0, 2.0)),
+        # Only network (compute unreported): it may take all of collecting, no more.
+        (8.0, 10.0, 14.0, 15.0, 0.0, 9.0, 1, (0.0, 4.0, 0.0, 1.0, 2.0)),
         # Averaging with nothing to wait for.
-        (9.0, 10.0, 11.0, 11.0, 1.0, 1, (1.0, 0.0, 0.0, 1.0)),
+        (9.0, 10.0, 11.0, 11.0, 1.0, 0.0, 1, (1.0, 0.0, 0.0, 0.0, 1.0)),
     ],
 )
 def test_the_parts_of_a_step(
@@ -27,8 +35,9 @@ def test_the_parts_of_a_step(
     barrier: float,
     averaged: float,
     compute: float,
+    network: float,
     peers: int,
-    expected: tuple[float, float, float, float],
+    expected: tuple[float, float, float, float, float],
 ) -> None:
     split = split_step_time(
         previous_averaged=previous,
@@ -36,9 +45,10 @@ def test_the_parts_of_a_step(
         barrier=barrier,
         averaged=averaged,
         compute_s=compute,
+        network_s=network,
         serving_peers=peers,
     )
-    assert (split.compute_s, split.waiting_s, split.averaging_s, split.coordinator_s) == pytest.approx(
-        expected
-    )
+    parts = (split.compute_s, split.network_s, split.waiting_s, split.averaging_s, split.coordinator_s)
+    assert parts == pytest.approx(expected)
+    assert min(parts) >= 0
     assert split.total_s == pytest.approx(averaged - (opened if previous is None else previous))

@@ -232,6 +232,7 @@ def settings(request: pytest.FixtureRequest, database_url: str, tmp_path) -> Ser
         database_url=database_url,
         checkpoint_dir=tmp_path / "checkpoints",
         dataset_dir=tmp_path / "datasets",
+        peer_package_dir=tmp_path / "peer-package",
         **overrides,
     )
 

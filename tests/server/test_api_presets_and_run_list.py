@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from server.models import Peer
 from server.services.steps import record_step
 from swarmhub.presets import PRESETS
+from swarmhub.resources import MAX_ACTIVATION_ELEMENTS
 from swarmhub.status import PeerState
 
 
@@ -25,6 +26,7 @@ def test_presets_are_public_and_match_swarmhub_presets(client):
             "n_layer": p.n_layer,
             "n_head": p.n_head,
             "max_seq_len": p.max_seq_len,
+            "max_activation_elements": MAX_ACTIVATION_ELEMENTS,
         }
         for p in PRESETS.values()
     ]

@@ -29,29 +29,38 @@ def test_create_run_fills_defaults_and_reports_details(client, owner_headers):
 
 
 @pytest.mark.parametrize(
-    ("override", "complaint"),
+    ("override", "field", "complaint"),
     [
-        ({"model_preset": "gigantic"}, "unknown model_preset"),
-        ({"num_stages": 5}, "num_stages must be at most 4"),
-        ({"num_stages": 0}, "greater than or equal to 1"),
-        ({"seq_len": 257}, "seq_len must be at most 256"),
-        ({"target_batch_size": 30}, "multiple of microbatch_size"),
-        ({"learning_rate": 0}, "greater than 0"),
-        ({"optimizer": "lion"}, "'adamw' or 'sgd'"),
-        ({"compression": "fp4"}, "'none', 'float16' or 'int8'"),
-        ({"dataset": "relative/path.txt"}, "paths on the participants' machines are not accepted"),
-        ({"dataset": "/etc/shadow"}, "paths on the participants' machines are not accepted"),
-        ({"dataset": "a" * 64}, "not one of your datasets"),
-        ({"name": ""}, "at least 1 character"),
-        ({"surprise": 1}, "Extra inputs are not permitted"),
+        (
+            {"model_preset": "gigantic"},
+            "model_preset",
+            "Unknown preset 'gigantic': choose one of tiny, small",
+        ),
+        ({"num_stages": 5}, "num_stages", "Must be at most 4: preset 'tiny' has 4 blocks."),
+        ({"num_stages": 0}, "num_stages", "Must be at least 1."),
+        ({"seq_len": 257}, "seq_len", "Must be at most 256 for preset 'tiny'."),
+        ({"target_batch_size": 30}, "target_batch_size", "Must be a multiple of microbatch_size (8)."),
+        ({"learning_rate": 0}, "learning_rate", "Must be greater than 0."),
+        ({"optimizer": "lion"}, "optimizer", "Choose 'adamw' or 'sgd'."),
+        ({"compression": "fp4"}, "compression", "Choose 'none', 'float16' or 'int8'."),
+        ({"dataset": "relative/path.txt"}, "dataset", "paths on the participants' machines are not accepted"),
+        ({"dataset": "/etc/shadow"}, "dataset", "paths on the participants' machines are not accepted"),
+        ({"dataset": "a" * 64}, None, "not one of your datasets"),
+        ({"name": ""}, "name", "Give the run a name."),
+        ({"surprise": 1}, "surprise", "Extra inputs are not permitted"),
     ],
 )
 def test_invalid_runs_are_422_with_a_reason_and_nothing_is_created(
-    client, owner_headers, override, complaint
+    client, owner_headers, override, field, complaint
 ):
+    """Each refusal names the setting it is about, in the words the dashboard's form uses."""
     response = client.post("/api/runs", json={"name": "bad"} | override, headers=owner_headers)
     assert response.status_code == 422
     assert complaint in response.text
+    if field is not None:
+        assert [(e["loc"], complaint in e["msg"]) for e in response.json()["detail"]] == [
+            (["body", field], True)
+        ]
     assert client.get("/api/runs", headers=owner_headers).json() == []
 
 

@@ -240,9 +240,15 @@ def test_the_owner_downloads_the_whole_model(app, client, owner_headers, run_id,
     assert f"run-{run_id}-step-3.zip" in response.headers["content-disposition"]
     with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
         assert archive.testzip() is None
-        assert sorted(archive.namelist()) == ["config.json", "stage-0.safetensors", "stage-1.safetensors"]
+        assert sorted(archive.namelist()) == [
+            "README.md",
+            "config.json",
+            "stage-0.safetensors",
+            "stage-1.safetensors",
+        ]
         assert {i.compress_type for i in archive.infolist()} == {zipfile.ZIP_STORED}
         config = json.loads(archive.read("config.json"))
+        readme = archive.read("README.md").decode()
         for stage, seed in ((0, 1.0), (1, 2.0)):
             state, _ = state_from_bytes(archive.read(f"stage-{stage}.safetensors"))
             assert torch.equal(state["optim.0.exp_avg"], _state(seed)["optim.0.exp_avg"])
@@ -251,6 +257,11 @@ def test_the_owner_downloads_the_whole_model(app, client, owner_headers, run_id,
     assert (config["vocab_size"], config["token_bytes"]) == (256, 1)
     assert config["parameter_count"] > 0 and config["run"]["run_id"] == run_id
     assert "data_key" not in json.dumps(config)
+    # The README says what is inside and how to use it, with this checkpoint's own commands.
+    assert readme.startswith(f"# SwarmHub checkpoint: run {run_id}, step 3")
+    assert "`stage-0.safetensors`, `stage-1.safetensors`" in readme and "preset `tiny`" in readme
+    assert f"swarmhub export {run_id} --step 3 --format hf" in readme
+    assert f"swarmhub sample {run_id} --step 3" in readme and "range(2)" in readme
 
 
 def test_only_the_newest_complete_steps_are_kept(app, client, owner_headers, run_id, peer, settings):

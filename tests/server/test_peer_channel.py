@@ -279,7 +279,7 @@ def test_stage_ready_for_another_step_means_copying_again(connect_peer):
 # ---- leaving -------------------------------------------------------------------------------
 
 
-@pytest.mark.server_settings(heartbeat_timeout_s=0.5)
+@pytest.mark.server_settings(heartbeat_timeout_s=0.5, heartbeat_interval_s=0.1)
 def test_a_silent_peer_is_marked_lost_after_the_heartbeat_timeout(
     client, owner_headers, run_id, connect_peer, eventually
 ):
@@ -294,7 +294,7 @@ def test_a_silent_peer_is_marked_lost_after_the_heartbeat_timeout(
     assert _metric(client, "swarmhub_peers_connected") == 0.0
 
 
-@pytest.mark.server_settings(heartbeat_timeout_s=0.5)
+@pytest.mark.server_settings(heartbeat_timeout_s=0.5, heartbeat_interval_s=0.1)
 def test_a_heartbeating_peer_is_not_lost(client, owner_headers, run_id, connect_peer):
     peer = connect_peer()
     # Four timeouts' worth of heartbeats; each round trip (WorkRequest -> NoWork) proves it was read.
@@ -389,3 +389,11 @@ def test_reconnecting_with_the_same_credential_replaces_the_old_channel(
     new.expect(NoWork)
     assert _peer(client, owner_headers, run_id, old.peer_id)["state"] == "active"
     assert "peer_lost" not in _event_kinds(client, owner_headers, run_id, old.peer_id)
+
+
+@pytest.mark.server_settings(heartbeat_interval_s=5.0, heartbeat_timeout_s=30.0)
+def test_the_welcome_carries_the_coordinators_heartbeat_interval(connect_peer):
+    peer_id, credential = connect_peer.register()
+    channel = connect_peer.open()
+    channel.send(Hello(peer_id=peer_id, credential=credential))
+    assert channel.expect(Welcome).heartbeat_interval_s == 5.0

@@ -6,13 +6,17 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from server.policies.averaging import push_allowance_s
+from server.policies.grant_pacing import outstanding_cap
+from server.policies.rebalance import stage_bytes_per_sample
 from server.policies.step_book import StepBook
 from server.swarm import decisions as do
 from server.swarm import inputs as on
-from server.swarm.machine import RunMachine
+from server.swarm.machine import SWARM_VIEW_REFRESH_S, RunMachine
 from server.swarm.members import CLAIM_SLACK
 from server.swarm.membership import STRIKE_LIMIT
 from server.swarm.step_cycle import JOIN_HOLD_S, RECORD_RETRY_S, MachineSettings, Phase
+from swarmhub.presets import get_preset
 from swarmhub.wire import (
     ApplyStep,
     AveragingDone,
@@ -42,11 +46,11 @@ TIMEOUT_S = 15.0
 DEADLINE_S = 60.0
 
 
-def spec(*, stages: int = 2, max_steps: int | None = None) -> RunSpec:
+def spec(*, stages: int = 2, max_steps: int | None = None, preset: str = "tiny") -> RunSpec:
     return RunSpec(
         run_id=1,
         name="t",
-        model_preset="tiny",
+        model_preset=preset,
         dataset="python-stdlib",
         num_stages=stages,
         target_batch_size=8,
@@ -173,15 +177,19 @@ def new_swarm(
     last_apply: dict | None = None,
     step: int = 0,
     target: int = 8,
+    preset: str = "tiny",
 ) -> Swarm:
     machine = RunMachine(
-        spec=spec(stages=stages, max_steps=max_steps),
+        spec=spec(stages=stages, max_steps=max_steps, preset=preset),
         status="active",
         data_key="k",
         book=StepBook(step=step, target_batch_size=target, microbatch_size=4, next_sample=0),
         rebalance=False,
         settings=MachineSettings(
-            heartbeat_timeout_s=TIMEOUT_S, checkpoint_every_steps=1000, averaging_deadline_s=DEADLINE_S
+            heartbeat_timeout_s=TIMEOUT_S,
+            heartbeat_interval_s=1.0,
+            checkpoint_every_steps=1000,
+            averaging_deadline_s=DEADLINE_S,
         ),
         last_apply=last_apply or {},
         now=100.0,
@@ -217,6 +225,29 @@ def test_a_joiner_is_welcomed_and_assigned_the_emptiest_stage():
     )
     (second,) = of(swarm.join(2), do.AssignStage)
     assert second.stage == 1
+
+
+@pytest.mark.parametrize(
+    ("link_to_first", "expected_stage"),
+    [
+        (None, 1),  # nobody measured peer 1's link: compute decides, stage 1 (20/s) is the weaker
+        (1e9, 1),  # a link that carries far more than it computes changes nothing
+        (2000.0, 0),  # peer 1 computes 50/s but its link carries a fraction of a sample a second
+    ],
+)
+def test_a_joiner_strengthens_the_stage_that_serves_least_links_included(link_to_first, expected_stage):
+    swarm = new_swarm()
+    swarm.join(1, throughput=50.0)  # stage 0
+    swarm.join(2, throughput=20.0)  # stage 1
+    for peer_id in (1, 2):
+        swarm.ready(peer_id)
+    links = {} if link_to_first is None else {1: link_to_first}
+    swarm.say(2, Heartbeat(throughput=20.0, queue_length=0, samples_done=0, links=links))
+    swarm.say(1, Heartbeat(throughput=50.0, queue_length=0, samples_done=0, links={2: 1e9}))
+    swarm.now += SWARM_VIEW_REFRESH_S  # the next view refreshes what links carry
+    swarm.feed(on.Tick(now=swarm.now))
+    (assign,) = of(swarm.join(3, throughput=10.0), do.AssignStage)
+    assert assign.stage == expected_stage
 
 
 def test_a_rejoin_keeps_the_remembered_stage():
@@ -324,6 +355,34 @@ def test_a_member_lost_while_averaging_restarts_its_stage_round_without_it():
     assert record.attempts == (1, 0)
 
 
+def test_a_member_lost_after_its_stages_round_completed_does_not_restart_it():
+    # Peers 1 and 3 on stage 0, 2 on stage 1: stage 0 averages, then 3 dies while stage 1 has not.
+    swarm = new_swarm()
+    for peer_id in (1, 2, 3):
+        swarm.join(peer_id)
+    for peer_id in (1, 2, 3):
+        swarm.ready(peer_id)
+    ids = swarm.train(1)
+    for peer_id in (1, 3):
+        swarm.say(
+            peer_id,
+            AveragingDone(step=0, attempt=0, stage=0, contributors=[1, 3], counted=ids, grad_sum_norm_sq=1.0),
+        )
+    out = swarm.feed(on.PeerLeft(now=swarm.now, peer_id=3, state="lost", reason="gone"))
+    assert sent(out, 1, StepBarrier) == []
+    assert swarm.machine.rounds[0].attempt == 0
+    out = swarm.say(
+        2, AveragingDone(step=0, attempt=0, stage=1, contributors=[2], counted=ids, grad_sum_norm_sq=1.0)
+    )
+    (record,) = of(out, do.RecordStep)
+    assert record.attempts == (0, 0) and record.samples_counted == (8, 8)
+    out = swarm.feed(on.StepRecorded(now=swarm.now, step=0))
+    assert sorted(p for d in of(out, do.Send) if isinstance(d.message, ApplyStep) for p in d.peer_ids) == [
+        1,
+        2,
+    ]
+
+
 def test_a_member_lost_while_applying_does_not_hold_the_next_step():
     swarm = two_by_one()
     swarm.average(swarm.train(1))
@@ -343,6 +402,74 @@ def test_a_silent_member_is_closed_and_recorded_lost():
     assert of(out, do.Close) == [do.Close(peer_id=2, code=1001, reason="heartbeat timeout")]
     assert [d.peer_id for d in of(out, do.RecordDeparture)] == [2]
     assert list(swarm.machine.members) == [1]
+
+
+# ---- a silent death is found by probing, before the heartbeat timeout ------------------------------
+
+
+def silent_for(swarm: Swarm, peer_id: int, seconds: float) -> list[do.Decision]:
+    """`seconds` pass in ticks of a second; every member but `peer_id` keeps sending heartbeats."""
+    out: list[do.Decision] = []
+    for _ in range(round(seconds)):
+        swarm.now += 1.0
+        for other in list(swarm.machine.members):
+            if other != peer_id:
+                swarm.say(other, Heartbeat(throughput=10.0, queue_length=0, samples_done=0))
+        out += swarm.feed(on.Tick(now=swarm.now))
+    return out
+
+
+def test_a_silent_member_whose_data_plane_does_not_answer_is_lost_before_the_timeout():
+    swarm = two_by_one()
+    # 1 s heartbeats, ticks a second apart: probed once three missed are past the last tick's gap.
+    out = silent_for(swarm, 2, 5)
+    assert of(out, do.ProbePeer) == [do.ProbePeer(peer_id=2, address="127.0.0.1:9002")]
+    out = swarm.feed(on.ProbeResult(now=swarm.now, peer_id=2, problem="no answer within 5s"))
+    assert [d.peer_id for d in of(out, do.Close)] == [2]
+    (departure,) = of(out, do.RecordDeparture)
+    assert departure.peer_id == 2 and departure.reason.startswith("no heartbeat for 5s")
+    assert list(swarm.machine.members) == [1]
+    assert swarm.now - 100.0 < TIMEOUT_S
+
+
+def test_a_silent_member_whose_data_plane_answers_is_left_to_the_timeout():
+    swarm = two_by_one()
+    silent_for(swarm, 2, 5)
+    assert swarm.feed(on.ProbeResult(now=swarm.now, peer_id=2, problem=None)) == []
+    out = silent_for(swarm, 2, TIMEOUT_S - 5)
+    assert of(out, do.ProbePeer) == []  # one probe per silence
+    assert 2 in swarm.machine.members
+    out = silent_for(swarm, 2, 1)
+    assert of(out, do.Close) == [do.Close(peer_id=2, code=1001, reason="heartbeat timeout")]
+
+
+def test_a_member_heard_again_is_not_lost_to_its_silences_probe_and_is_probed_at_its_next_silence():
+    swarm = two_by_one()
+    silent_for(swarm, 2, 5)
+    swarm.say(2, Heartbeat(throughput=10.0, queue_length=0, samples_done=0))
+    assert swarm.feed(on.ProbeResult(now=swarm.now, peer_id=2, problem="no answer within 5s")) == []
+    assert 2 in swarm.machine.members
+    out = silent_for(swarm, 2, 5)
+    assert of(out, do.ProbePeer) == [do.ProbePeer(peer_id=2, address="127.0.0.1:9002")]
+
+
+def test_a_coordinator_that_stalled_probes_nobody_for_the_silence_it_caused():
+    swarm = two_by_one()
+    swarm.feed(on.Tick(now=swarm.now))
+    swarm.now += 6.0  # no tick, no heartbeat read for 6 s
+    out = swarm.feed(on.Tick(now=swarm.now))
+    assert of(out, do.ProbePeer) == []
+    assert sorted(swarm.machine.members) == [1, 2]
+
+
+def test_a_member_the_coordinator_cannot_reach_is_never_probed():
+    swarm = two_by_one()
+    swarm.join(3, probe_problem="ConnectionRefusedError")
+    out = silent_for(swarm, 3, TIMEOUT_S - 1)
+    assert of(out, do.ProbePeer) == []
+    assert 3 in swarm.machine.members
+    out = silent_for(swarm, 3, 2)
+    assert [d.peer_id for d in of(out, do.RecordDeparture)] == [3]
 
 
 def working_swarm(members: int) -> Swarm:
@@ -495,8 +622,8 @@ def test_a_peer_the_coordinator_cannot_reach_trains_only():
 # ---- averaging has a deadline -------------------------------------------------------------------
 
 
-def three_on_stage_zero() -> Swarm:
-    swarm = new_swarm(stages=1)
+def three_on_stage_zero(preset: str = "tiny") -> Swarm:
+    swarm = new_swarm(stages=1, preset=preset)
     for peer_id in (1, 2, 3):
         swarm.join(peer_id)
         swarm.ready(peer_id)
@@ -563,6 +690,64 @@ def test_blamed_members_are_dropped_when_nobody_reported():
     out = swarm.feed(on.Tick(now=swarm.now))
     barriers = [m for d in of(out, do.Send) if isinstance(m := d.message, StepBarrier)]
     assert barriers and [p.peer_id for p in barriers[0].group] == [1, 2]
+
+
+def test_a_slow_uploader_missed_by_one_member_costs_only_its_share_not_the_stage():
+    """The validation run: one member of a stage uploads slowly. Its pushes go out one after another,
+    so one member gets its gradients in time and the other gives up; the slow one is reachable, so
+    the coordinator's probe clears the blame. Nobody reports a sum. The round still goes on without
+    the member that was missed, and the stage loses that member's share, not all its samples."""
+    swarm = three_on_stage_zero()
+    ids = swarm.train(1)
+    swarm.now += 20
+    keep_alive(swarm)
+    out = swarm.say(2, PeerUnreachable(peer_id=3, reason="no gradients for step 0 within 36s"))
+    assert len(of(out, do.ProbePeer)) == 1
+    swarm.feed(on.ProbeResult(now=swarm.now, peer_id=3, problem=None))  # reachable, only slow
+    swarm.now += DEADLINE_S
+    keep_alive(swarm)
+    out = swarm.feed(on.Tick(now=swarm.now))
+    assert of(out, do.RecordStep) == []  # before: an empty step, every sample of the stage lost
+    (barrier,) = [m for d in of(out, do.Send) if isinstance(m := d.message, StepBarrier)]
+    assert (barrier.attempt, [p.peer_id for p in barrier.group]) == (1, [1, 2])
+    (event,) = of(out, do.RecordEvent)
+    assert (event.kind, event.data["dropped"]) == ("averaging_deadline", [3])
+    # Peer 3 held one of the two microbatches: only that one is lost.
+    (record,) = of(swarm.average(ids[:1]), do.RecordStep)
+    assert record.samples_counted == (4,) and record.samples_lost == 4 and record.attempts == (1,)
+
+
+def barriers_in(decisions: list[do.Decision]) -> list[StepBarrier]:
+    return [m for d in of(decisions, do.Send) if isinstance(m := d.message, StepBarrier)]
+
+
+def test_a_member_measured_slow_is_given_the_time_its_link_needs_then_dropped():
+    swarm = three_on_stage_zero(preset="small")
+    slow = 1e6  # bytes/s both ways: slower than peers assume, not choked
+    swarm.now += SWARM_VIEW_REFRESH_S  # the next view refreshes what links carry
+    keep_alive(swarm)
+    for reporter in (1, 2):
+        swarm.say(reporter, Heartbeat(throughput=10.0, queue_length=0, samples_done=0, links={3: slow}))
+    swarm.feed(on.Tick(now=swarm.now))
+    ids = swarm.train(1)
+    (barrier,) = barriers_in(swarm.log)
+    gradient_bytes = 4 * get_preset("small").parameter_count
+    allowance = push_allowance_s(gradient_bytes, 3, slow)
+    assert barrier.push_timeout_s == allowance > push_allowance_s(gradient_bytes, 3, None)
+    assert 2 * allowance > DEADLINE_S
+    # Past the run's deadline the round still waits: the slow member's pushes are on their way.
+    swarm.now += DEADLINE_S + 1
+    keep_alive(swarm)
+    swarm.say(2, PeerUnreachable(peer_id=3, reason="no gradients for step 0"))
+    swarm.feed(on.ProbeResult(now=swarm.now, peer_id=3, problem=None))
+    assert barriers_in(swarm.feed(on.Tick(now=swarm.now))) == []
+    # Past twice its allowance it goes on without it.
+    swarm.now += 2 * allowance - DEADLINE_S
+    keep_alive(swarm)
+    (again,) = barriers_in(swarm.feed(on.Tick(now=swarm.now)))
+    assert (again.attempt, [p.peer_id for p in again.group]) == (1, [1, 2])
+    assert again.push_timeout_s == push_allowance_s(gradient_bytes, 2, None)
+    assert len(of(swarm.average(ids), do.RecordStep)) == 1
 
 
 # ---- loading a stage never falls back to a fresh start --------------------------------------------
@@ -640,6 +825,47 @@ def test_a_loading_peer_holds_the_barrier_for_a_while_only():
     swarm.feed(on.Tick(now=swarm.now))
     assert swarm.machine.phase == Phase.AVERAGING
     assert 3 not in swarm.machine.rounds[0].group
+
+
+# ---- grant pacing ---------------------------------------------------------------------------------
+
+
+def test_grants_stop_at_what_the_slowest_stage_serves_within_the_call_timeout():
+    # Two stages of one peer at 0.8 samples/s, microbatches of 4: the pipeline holds 2 (a 10 s trip
+    # at 0.8 samples/s) and the slower stage serves 6 more in half the call timeout; the step has
+    # 1,000 microbatches that trainers would otherwise take all at once.
+    swarm = new_swarm(target=4000)
+    for peer_id in (1, 2):
+        swarm.join(peer_id, throughput=0.8)
+        swarm.ready(peer_id)
+    assert swarm.machine.grant_cap == 8
+    grants = [sent(swarm.say(1 + n % 2, WorkRequest()), 1 + n % 2)[0] for n in range(8)]
+    assert all(isinstance(g, WorkGrant) for g in grants)
+    assert sent(swarm.say(1, WorkRequest()), 1) == [
+        NoWork(step=0, reason="8 microbatches in flight, as many as the stages serve in time")
+    ]
+    done = grants[0]
+    assert isinstance(done, WorkGrant)
+    swarm.say(1, MicrobatchDone(step=0, microbatch_id=done.microbatch_id, samples=done.samples, loss=2.0))
+    assert isinstance(sent(swarm.say(1, WorkRequest()), 1)[0], WorkGrant)
+
+
+def test_grant_pacing_counts_a_peer_at_what_its_link_carries():
+    swarm = new_swarm(target=4000)
+    for peer_id in (1, 2):
+        swarm.join(peer_id, throughput=50.0)
+        swarm.ready(peer_id)
+    unlinked = swarm.machine.grant_cap
+    # Each measured the other's link at 2 KB/s: far below what 50 samples/s would move.
+    per_sample = stage_bytes_per_sample(2, 32, get_preset("tiny").d_model, "none")
+    for peer_id, other in ((1, 2), (2, 1)):
+        swarm.say(peer_id, Heartbeat(throughput=50.0, queue_length=0, samples_done=0, links={other: 2000.0}))
+    swarm.now += SWARM_VIEW_REFRESH_S
+    swarm.feed(on.Tick(now=swarm.now))
+    served = [2000.0 / per_sample[0], 2000.0 / per_sample[1]]
+    assert swarm.machine.grant_cap == outstanding_cap(served, [1, 1], 4)
+    assert unlinked is not None and swarm.machine.grant_cap is not None
+    assert swarm.machine.grant_cap < unlinked
 
 
 # ---- pauses and restarts --------------------------------------------------------------------------

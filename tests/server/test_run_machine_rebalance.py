@@ -174,7 +174,10 @@ def harness(placement: list[int], *, speeds: list[float] | None = None, seed: in
         book=StepBook(step=0, target_batch_size=32, microbatch_size=8, next_sample=0),
         rebalance=True,
         settings=MachineSettings(
-            heartbeat_timeout_s=1e9, checkpoint_every_steps=1000, averaging_deadline_s=60.0
+            heartbeat_timeout_s=1e9,
+            heartbeat_interval_s=1.0,
+            checkpoint_every_steps=1000,
+            averaging_deadline_s=60.0,
         ),
         last_apply={},
         now=100.0,

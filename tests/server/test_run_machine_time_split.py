@@ -1,5 +1,6 @@
-"""Where a step's time goes, as the run's state machine books it: compute, waiting, averaging and the
-coordinator's part add up to one whole step, and compute comes from the stage calls peers served."""
+"""Where a step's time goes, as the run's state machine books it: compute, network, waiting, averaging
+and the coordinator's part add up to one whole step, and compute and network come from the stage
+calls peers served."""
 
 from __future__ import annotations
 
@@ -31,17 +32,24 @@ def timed_step(
     record: float,
     apply: float,
     compute: list[dict[int, float]],
+    network: float = 0.0,
 ) -> do.RecordStep:
     """One whole step whose phases take these seconds: microbatches are granted at once and all come
-    back `collect` later (`compute[i]`: serving peer -> compute seconds of the i-th one's calls);
-    then averaging, the step's write and the apply take theirs."""
+    back `collect` later (`compute[i]`: serving peer -> compute seconds of the i-th one's calls, each
+    call `network` seconds on the network); then averaging, the step's write and the apply take theirs."""
     grants: list[WorkGrant] = []
     while isinstance(reply := sent(swarm.say(TRAINER, WorkRequest()), TRAINER)[0], WorkGrant):
         grants.append(reply)
     swarm.now += collect
     for i, grant in enumerate(grants):
         served = [
-            ServedCall(peer_id=peer, samples=grant.samples, seconds=collect, compute_seconds=seconds)
+            ServedCall(
+                peer_id=peer,
+                samples=grant.samples,
+                seconds=collect,
+                compute_seconds=seconds,
+                network_seconds=network,
+            )
             for peer, seconds in compute[i].items()
         ]
         swarm.say(
@@ -64,6 +72,8 @@ def timed_step(
 
 
 def parts(record: do.RecordStep) -> tuple[float, float, float, float]:
+    """The four parts of the steps that report no network time (their network part is 0)."""
+    assert record.time_network_s == 0.0
     return (record.time_compute_s, record.time_waiting_s, record.time_averaging_s, record.time_coordinator_s)
 
 
@@ -125,6 +135,41 @@ def test_the_parts_add_up_to_the_time_between_two_steps_records(
     assert [sum(parts(r)) for r in records] == pytest.approx(cycles)
 
 
+@pytest.mark.parametrize(
+    ("network", "expected_network"),
+    [
+        # Two microbatches, each with a call to both peers of 0.25 s on the network: each peer's
+        # calls spent 0.5 s there, and the step's network part is their mean.
+        (0.25, 0.5),
+        # Network never takes more than what compute left of collecting (4 - 1.6).
+        (3.0, 4.0 - (0.6 + 1.0) / 2),
+    ],
+)
+def test_collecting_splits_off_the_serving_peers_mean_network_time(
+    network: float, expected_network: float
+) -> None:
+    swarm = two_by_one()
+    record = timed_step(
+        swarm,
+        collect=4.0,
+        average=1.5,
+        record=0.25,
+        apply=0.5,
+        compute=[{1: 0.3, 2: 0.5}, {1: 0.3, 2: 0.5}],
+        network=network,
+    )
+    compute = (0.6 + 1.0) / 2
+    five = (
+        record.time_compute_s,
+        record.time_network_s,
+        record.time_waiting_s,
+        record.time_averaging_s,
+        record.time_coordinator_s,
+    )
+    assert five == pytest.approx((compute, expected_network, 4.0 - compute - expected_network, 1.5, 0.0))
+    assert sum(five) == pytest.approx(4.0 + 1.5)
+
+
 def test_only_finished_microbatches_of_the_open_step_count_towards_compute() -> None:
     swarm = two_by_one()
     # A microbatch that failed reports no calls: what they computed is the step's waiting.
@@ -144,7 +189,7 @@ def test_only_finished_microbatches_of_the_open_step_count_towards_compute() -> 
         served=[ServedCall(peer_id=2, samples=4, seconds=1.0, compute_seconds=1.0)],
     )
     swarm.say(TRAINER, late)
-    assert swarm.machine.book.served_compute == {}
+    assert swarm.machine.book.served_compute == swarm.machine.book.served_network == {}
 
 
 def cache(hits: int, misses: int) -> Heartbeat:

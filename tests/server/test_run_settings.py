@@ -104,7 +104,7 @@ def test_a_row_gives_back_the_settings_it_was_filled_with():
 def test_settings_that_do_not_fit_their_preset_are_refused_everywhere():
     too_many = {"name": "x", "model_preset": "tiny", "num_stages": 5}
     for model, extra in ((RunSettings, {}), (RunCreate, {}), (RunSpec, {"run_id": 1})):
-        with pytest.raises(ValidationError, match="num_stages must be at most 4"):
+        with pytest.raises(ValidationError, match=r"Must be at most 4: preset .tiny. has 4 blocks"):
             model.model_validate(too_many | extra)
 
 

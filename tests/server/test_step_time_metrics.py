@@ -8,7 +8,7 @@ import pytest
 from server.services.swarm import record_committed_step
 from server.swarm import decisions as do
 
-TIME_PARTS = ("time_compute_s", "time_waiting_s", "time_averaging_s", "time_coordinator_s")
+TIME_PARTS = ("time_compute_s", "time_network_s", "time_waiting_s", "time_averaging_s", "time_coordinator_s")
 
 
 def record(step: int, **figures: float) -> do.RecordStep:
@@ -38,6 +38,7 @@ def record(step: int, **figures: float) -> do.RecordStep:
 def test_the_time_split_and_cache_figures_are_per_step_metrics(api, client, owner_headers, run_id):
     figures = {
         "time_compute_s": 0.75,
+        "time_network_s": 0.25,
         "time_waiting_s": 1.25,
         "time_averaging_s": 1.0,
         "time_coordinator_s": 0.5,
@@ -51,11 +52,12 @@ def test_the_time_split_and_cache_figures_are_per_step_metrics(api, client, owne
     values = {row["name"]: row["value"] for row in rows if row["step"] == 0}
     assert {name: values[name] for name in TIME_PARTS} == {
         "time_compute_s": 0.75,
+        "time_network_s": 0.25,
         "time_waiting_s": 1.25,
         "time_averaging_s": 1.0,
         "time_coordinator_s": 0.5,
     }
-    assert sum(values[name] for name in TIME_PARTS) == pytest.approx(3.5)
+    assert sum(values[name] for name in TIME_PARTS) == pytest.approx(3.75)
     assert (values["activation_cache_hits"], values["activation_cache_misses"]) == (12, 1)
     # One part alone, as a chart asks for it.
     only = client.get(

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 from bench.ideal import fixed_pipeline_samples
+from server.policies.silence import suspect_after_s
 from sim.devices import DeviceMix, PeerKind
 from sim.fixed import pipeline_rate, restart_s, simulate_fixed
-from sim.scenario import HOMOGENEOUS, Scenario
+from sim.scenario import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, HOMOGENEOUS, Scenario
 from sim.stages import StageModel
-from sim.swarm import SwarmSim
+from sim.swarm import TICK_S, SwarmSim
 from swarmhub.presets import get_preset
+from swarmhub.probe import PROBE_TIMEOUT_S
 
 T4 = PeerKind(device="t4", link="datacenter")
 
@@ -54,6 +56,40 @@ def test_a_dead_peers_calls_are_retried_elsewhere_and_no_microbatch_is_lost() ->
     # (the gradients the dead peer held when it died).
     assert report.samples_committed + report.samples_lost == report.steps * scenario.target_batch_size
     assert report.samples_committed > 0
+
+
+def test_a_silent_death_is_found_by_the_coordinators_probe_before_the_heartbeat_timeout() -> None:
+    # Its last heartbeat was at most an interval before it died; three intervals and two ticks (one
+    # to notice, one the tick's own gap) later it is probed, and a dead host's probe runs out its
+    # timeout.
+    died = 150.0
+    found_by = died + suspect_after_s(HEARTBEAT_INTERVAL_S) + 2 * TICK_S + PROBE_TIMEOUT_S
+    assert found_by < died - HEARTBEAT_INTERVAL_S + HEARTBEAT_TIMEOUT_S
+    scenario = dataclasses.replace(BASE, non_trainers=(11,), deaths=((died, 11),), duration_s=found_by + 1e-6)
+    sim = SwarmSim(scenario)
+    sim.run()
+    (dead,) = [p for p, peer in enumerate(sim.peers) if not peer.alive]
+    assert not sim.peers[dead].member
+    assert dead not in sim.view[sim.peers[dead].stage]
+
+
+def test_a_dead_peer_the_coordinator_never_forgets_stays_banned_at_the_cap() -> None:
+    # Peer 11 dies silently and is never probed nor timed out: every trainer keeps routing to it
+    # after each ban (a short call timeout makes the failures pile up fast). Its 1,025th failure in
+    # a row overflowed the router's ban backoff.
+    scenario = dataclasses.replace(
+        BASE,
+        non_trainers=(11,),
+        deaths=((150.0, 11),),
+        heartbeat_interval_s=1e8,
+        heartbeat_timeout_s=1e9,
+        call_timeout_s=0.05,
+        duration_s=1200.0,
+    )
+    sim = SwarmSim(scenario)
+    sim.run()
+    (dead,) = [p for p, peer in enumerate(sim.peers) if not peer.alive]
+    assert sim.routers[sim.peers[dead].stage].failures(dead) > 1025
 
 
 def test_fixed_pipeline_matches_the_closed_form_under_a_known_death_schedule() -> None:

@@ -137,7 +137,7 @@ def test_int8_loss_matches_uncompressed_and_wire_bytes_fall(
     )
 
 
-STEP_LINE = re.compile(r"\] step +\d+ ")
+STEP_LINE = re.compile(r"\] step +\d+/")
 
 
 @pytest.mark.timeout(420)

@@ -1,10 +1,13 @@
-// A run's stored checkpoints: complete steps with their size and a download of the whole model
-// (a zip of config.json and every stage's safetensors file), and a button asking the peers for one.
+// A run's stored checkpoints: complete steps with their size, downloads of the model (a zip of
+// every stage's safetensors file, or the Hugging Face transformers export; each with a README.md),
+// text samples of a chosen checkpoint next to its loss, and a button asking the peers for one.
 import { useState } from "react";
 import { call, client, errorMessage } from "../api";
 import { formatBytes, formatTime } from "../format";
 import type { CheckpointStepOut } from "../generated/api";
 import { useLoad } from "../hooks/useLoad";
+import { hfModelUrl } from "../samples";
+import { SamplesPanel } from "./SamplesPanel";
 
 export function modelUrl(runId: number, step: number): string {
   return `/api/runs/${runId}/checkpoints/${step}/model`;
@@ -28,6 +31,7 @@ export function CheckpointsPanel({
   const [requestError, setRequestError] = useState("");
   const [notice, setNotice] = useState("");
   const [busy, setBusy] = useState(false);
+  const [chosen, setChosen] = useState<number | null>(null);
   const error = requestError || loadError;
 
   async function checkpointNow() {
@@ -46,6 +50,8 @@ export function CheckpointsPanel({
 
   const complete = (steps ?? []).filter((s) => s.complete);
   const partial = (steps ?? []).filter((s) => !s.complete);
+  // The newest checkpoint's samples until another is chosen (and while the chosen one is still kept).
+  const samplesStep = complete.some((s) => s.step === chosen) ? chosen : (complete[0]?.step ?? null);
 
   return (
     <div className="checkpoints" data-testid="checkpoints">
@@ -97,11 +103,36 @@ export function CheckpointsPanel({
                   >
                     Download model
                   </a>
+                  {" · "}
+                  <a
+                    href={hfModelUrl(runId, s.step)}
+                    download={`run-${runId}-step-${s.step}-hf.zip`}
+                    title="A Hugging Face transformers model: config, weights, tokenizer, README"
+                    data-testid="checkpoint-download-hf"
+                  >
+                    Hugging Face
+                  </a>
+                  {" · "}
+                  <button
+                    type="button"
+                    className="link"
+                    disabled={s.step === samplesStep}
+                    onClick={() => setChosen(s.step)}
+                    data-testid="checkpoint-samples"
+                  >
+                    Samples
+                  </button>
                 </td>
               </tr>
             ))}
           </tbody>
         </table>
+      )}
+      {samplesStep !== null && (
+        <>
+          <h3>Samples</h3>
+          <SamplesPanel runId={runId} step={samplesStep} />
+        </>
       )}
       {partial.length > 0 && (
         <p className="muted checkpoint-note">

@@ -1,6 +1,7 @@
-import { useEffect, useMemo, useRef } from "react";
+import { useEffect, useMemo, useRef, useState } from "react";
 import uPlot from "uplot";
 import { stackedColumns } from "../stepTime";
+import { ChartSummary, downloadCsv, zoomedIn } from "./ChartTools";
 
 export interface StackedChartProps {
   title: string;
@@ -24,6 +25,7 @@ export function StackedChart({ title, data, version, label, parts, testId, heigh
   const raw = useRef(data);
   raw.current = data;
   const totals = useMemo(() => stackedColumns(data), [data, version]);
+  const [zoomed, setZoomed] = useState(false);
 
   useEffect(() => {
     const element = container.current;
@@ -36,6 +38,16 @@ export function StackedChart({ title, data, version, label, parts, testId, heigh
         // Half a step either side, so the first and last bars are whole.
         x: { time: false, range: (_u, min, max) => [min - 0.5, max + 0.5] },
         y: { range: (_u, _min, max) => [0, max > 0 ? max : 1] },
+      },
+      // Drag across the plot to zoom into those steps; "Reset zoom" undoes it.
+      cursor: { drag: { x: true, y: false } },
+      hooks: {
+        setScale: [
+          (u: uPlot, key: string) => {
+            // The bars' scale reaches half a step past the first and last.
+            if (key === "x") setZoomed(zoomedIn(u, 0.5));
+          },
+        ],
       },
       axes: [{ label: "step" }, { label, size: 80, values: (_u, splits) => splits.map(format) }],
       series: [
@@ -72,15 +84,43 @@ export function StackedChart({ title, data, version, label, parts, testId, heigh
   }, [label, height, format, parts]);
 
   useEffect(() => {
-    plot.current?.setData(totals as uPlot.AlignedData);
+    plot.current?.setData(totals as uPlot.AlignedData, !zoomed);
+    // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [totals]);
 
+  const resetZoom = () => {
+    const u = plot.current;
+    if (u) u.setData(u.data, true);
+    setZoomed(false);
+  };
+  const labels = parts.map((part) => part.label);
   const points = data[0]?.length ?? 0;
   return (
     <figure className="chart" data-testid={testId} data-points={points}>
       <figcaption>{title}</figcaption>
+      <div className="chart-tools" role="group" aria-label={`${title} chart options`}>
+        <button type="button" className="secondary small" disabled={!zoomed} onClick={resetZoom}>
+          Reset zoom
+        </button>
+        <button
+          type="button"
+          className="secondary small"
+          data-testid="csv-export"
+          onClick={() => downloadCsv(title, ["step", ...labels], data)}
+        >
+          CSV
+        </button>
+      </div>
       <div ref={container} className="chart-canvas" />
       {points === 0 && <div className="chart-empty muted">No steps yet.</div>}
+      <ChartSummary
+        title={title}
+        xLabel="step"
+        data={data}
+        labels={labels}
+        format={(v) => format(v)}
+        formatX={(x) => `step ${x}`}
+      />
     </figure>
   );
 }

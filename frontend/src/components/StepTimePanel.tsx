@@ -1,6 +1,6 @@
-// Where a step's time goes: compute, waiting on peers, averaging and the coordinator, stacked per
-// step, with the same split as a sentence and a table over the newest steps for those who do not
-// read the chart.
+// Where a step's time goes: compute, network, waiting on peers, averaging and the coordinator,
+// stacked per step, with the same split as a sentence and a table over the newest steps for those
+// who do not read the chart.
 import { useMemo } from "react";
 import { formatSeconds } from "../format";
 import { StepTimes, TIME_PARTS } from "../stepTime";
@@ -26,9 +26,9 @@ export function StepTimePanel(props: { times: StepTimes; version: number }) {
       <h2>Where a step's time goes</h2>
       <p className="muted">
         Each step, from the previous step's averaging to its own: compute is the serving peers' mean busy
-        time while the step collected its samples, waiting the rest of that (transfers, queueing, idle
-        slots), averaging runs until every stage's round is done, and the coordinator's part is recording,
-        applying and opening the step.
+        time while the step collected its samples, network the mean time their calls spent in transit,
+        waiting the rest of that (queueing, idle slots, failed microbatches), averaging runs until every
+        stage's round is done, and the coordinator's part is recording, applying and opening the step.
       </p>
       <p data-testid="step-time-summary">
         {shares === null

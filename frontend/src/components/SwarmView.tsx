@@ -1,5 +1,8 @@
-import type { PeerOut } from "../generated/feed";
+import { useEffect, useState } from "react";
+import type { PeerOut, RunHealthOut } from "../generated/feed";
 import { formatAgo, formatNumber, linkRows } from "../format";
+import { stageHealth } from "../health";
+import type { StageRate } from "../stageRates";
 import { VerifierBadge } from "./JoinPanel";
 
 const GONE = new Set(["left", "kicked", "banned"]);
@@ -10,6 +13,23 @@ export interface SwarmViewProps {
   /** Peer ids whose stage changed recently (a rebalancing move in progress). */
   moving: Set<number>;
   showDeparted: boolean;
+  /** Each stage's observed served rate and its peers' claims (stageRates). */
+  rates: StageRate[];
+  bottleneck: number | null;
+  /** The coordinator's view of each stage (green/amber/red from live peers and rate). */
+  health?: RunHealthOut | null;
+}
+
+const CLOCK_MS = 2_000;
+
+/** The time now, renewed every couple of seconds: "heartbeat Ns ago" must age even when no frame comes. */
+function useNow(): number {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    const timer = window.setInterval(() => setNow(Date.now()), CLOCK_MS);
+    return () => window.clearInterval(timer);
+  }, []);
+  return now;
 }
 
 /** The data-plane rates a peer measured to others (its last heartbeat), fastest first. */
@@ -27,7 +47,17 @@ function PeerLinks({ links, names }: { links: Record<string, number>; names: Map
   );
 }
 
-function PeerCard({ peer, moving, names }: { peer: PeerOut; moving: boolean; names: Map<number, string> }) {
+function PeerCard({
+  peer,
+  moving,
+  names,
+  now,
+}: {
+  peer: PeerOut;
+  moving: boolean;
+  names: Map<number, string>;
+  now: number;
+}) {
   const classes = ["peer", `peer-${peer.state}`];
   if (moving) classes.push("peer-moving");
   return (
@@ -52,17 +82,24 @@ function PeerCard({ peer, moving, names }: { peer: PeerOut; moving: boolean; nam
         {peer.device_name && peer.device_name !== peer.device ? ` · ${peer.device_name}` : ""}
       </div>
       <div className="peer-stats">
-        <span title="measured throughput">{formatNumber(peer.throughput, 1)} samples/s</span>
+        <span title="the rate this peer claims from its own benchmark">
+          claims {formatNumber(peer.throughput, 1)} samples/s
+        </span>
         <span title="queued calls">queue {peer.queue_length}</span>
       </div>
       <PeerLinks links={peer.link_rates} names={names} />
-      <div className="peer-heartbeat muted">heartbeat {formatAgo(peer.last_heartbeat)}</div>
+      <div className="peer-heartbeat muted" data-testid="peer-heartbeat">
+        heartbeat {formatAgo(peer.last_heartbeat, now)}
+      </div>
     </li>
   );
 }
 
-/** Stages as columns, the peers serving each stage inside, with the stage's summed throughput. */
-export function SwarmView({ numStages, peers, moving, showDeparted }: SwarmViewProps) {
+/** Stages as columns, the peers serving each stage inside; each stage's head gives what it served over
+ * the recent steps (observed, never more than the run did) next to what its peers claim, and marks
+ * the bottleneck: the stage working nearest its capacity. */
+export function SwarmView({ numStages, peers, moving, showDeparted, rates, bottleneck, health }: SwarmViewProps) {
+  const now = useNow();
   const visible = peers.filter((p) => showDeparted || !GONE.has(p.state));
   const names = new Map(peers.map((p) => [p.id, p.name]));
   const columns: { key: string; title: string; peers: PeerOut[] }[] = [];
@@ -76,19 +113,52 @@ export function SwarmView({ numStages, peers, moving, showDeparted }: SwarmViewP
     <div className="swarm" data-testid="swarm">
       {columns.map((column) => {
         const live = column.peers.filter((p) => p.state === "active");
-        const rate = live.reduce((sum, p) => sum + p.throughput, 0);
+        const rate = rates.find((r) => String(r.stage) === column.key);
+        const isBottleneck = bottleneck !== null && String(bottleneck) === column.key;
+        const stage = column.key === "none" ? null : stageHealth(health, Number(column.key));
         return (
-          <div className="stage" key={column.key} data-testid={`stage-${column.key}`}>
+          <div
+            className={isBottleneck ? "stage stage-bottleneck" : "stage"}
+            key={column.key}
+            data-testid={`stage-${column.key}`}
+            data-bottleneck={isBottleneck ? "true" : undefined}
+          >
             <div className="stage-head">
-              <h3>{column.title}</h3>
-              <span className="muted">
-                {live.length} live · {formatNumber(rate, 1)} samples/s
+              <h3>
+                {stage && (
+                  <span
+                    className={`health-dot health-dot-${stage.color}`}
+                    data-testid="stage-health"
+                    data-color={stage.color}
+                    title={stage.reason}
+                    aria-label={`${stage.color}: ${stage.reason}`}
+                  />
+                )}
+                {column.title}
+                {isBottleneck && (
+                  <span
+                    className="badge badge-bottleneck"
+                    data-testid="bottleneck"
+                    title="the stage working nearest its capacity: it sets the run's pace"
+                  >
+                    bottleneck
+                  </span>
+                )}
+              </h3>
+              <span className="muted" data-testid="stage-rate">
+                {live.length} live
+                {rate && (
+                  <>
+                    {" "}
+                    · served {formatNumber(rate.served, 1)} samples/s · claims {formatNumber(rate.claimed, 1)}
+                  </>
+                )}
               </span>
             </div>
             {column.peers.length === 0 && <p className="muted empty">no peers</p>}
             <ul>
               {column.peers.map((peer) => (
-                <PeerCard key={peer.id} peer={peer} moving={moving.has(peer.id)} names={names} />
+                <PeerCard key={peer.id} peer={peer} moving={moving.has(peer.id)} names={names} now={now} />
               ))}
             </ul>
           </div>

@@ -171,6 +171,110 @@ export interface paths {
         patch: operations["update_user"];
         trace?: never;
     };
+    "/api/invitations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Invitations
+         * @description Links not used yet and not expired: invitations and password resets.
+         */
+        get: operations["list_invitations"];
+        put?: never;
+        /**
+         * Create Invitation
+         * @description A single-use link (`invitation_hours` long) with which someone chooses a username and password
+         *     and becomes an account with `role`. The token is in this answer only.
+         */
+        post: operations["create_invitation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/invitations/{invitation_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke Invitation */
+        delete: operations["revoke_invitation"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/users/{user_id}/reset-link": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create Reset Link
+         * @description A single-use link that sets a new password for the user (who has forgotten theirs); their
+         *     sessions end when it is used. An earlier unused reset link for them stops working.
+         */
+        post: operations["create_reset_link"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/invitations/inspect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Inspect Invitation
+         * @description What a link is for (no login needed: the token is the credential).
+         */
+        post: operations["inspect_invitation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/invitations/accept": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Accept Invitation
+         * @description Use a link once: an invitation makes the account `username` with `password`, a reset sets
+         *     the password of the account it is for and ends that account's sessions. Then log in.
+         */
+        post: operations["accept_invitation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/presets": {
         parameters: {
             query?: never;
@@ -191,6 +295,66 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/presets/{name}/estimate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Estimate
+         * @description Memory per stage of a run with these settings (the create-run form shows it as it is filled in).
+         */
+        get: operations["estimate"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/peer-package": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Peer Package
+         * @description How participants install the peer; the wheel is built on its first download.
+         */
+        get: operations["peer_package"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/downloads/{filename}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download Wheel
+         * @description The peer package's wheel (built on the first request, which takes a few seconds).
+         */
+        get: operations["download_wheel"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/runs": {
         parameters: {
             query?: never;
@@ -200,7 +364,7 @@ export interface paths {
         };
         /**
          * List Runs
-         * @description The caller's runs (an admin's: every run), newest first, with peer counts and latest loss.
+         * @description The caller's runs (an admin's: every run), newest first, with peer counts, latest loss and health.
          */
         get: operations["list_runs"];
         put?: never;
@@ -219,7 +383,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get Run */
+        /**
+         * Get Run
+         * @description The run with its health now: only `health.state` "training" means samples are trained.
+         */
         get: operations["get_run"];
         put?: never;
         post?: never;
@@ -274,6 +441,46 @@ export interface paths {
         put?: never;
         /** Archive Run */
         post: operations["archive_run"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/labels": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Update Labels
+         * @description Set the run's tags, notes or archived flag (its owner only).
+         */
+        patch: operations["update_labels"];
+        trace?: never;
+    };
+    "/api/runs/{run_id}/loss-curve": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Loss Curve
+         * @description The loss at about `points` evenly spaced steps, oldest first (steps without a loss are skipped).
+         */
+        get: operations["loss_curve"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -442,9 +649,52 @@ export interface paths {
         };
         /**
          * Download Model
-         * @description The whole model at `step` as a zip (stored, not compressed): config.json + stage-<s>.safetensors.
+         * @description The whole model at `step` as a zip (stored, not compressed): README.md, config.json and
+         *     stage-<s>.safetensors.
          */
         get: operations["download_model"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/checkpoints/{step}/hf": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download Hf Model
+         * @description The model at `step` for Hugging Face transformers, as a zip: what `swarmhub export --format hf`
+         *     writes (config, weights, tokenizer, modeling code, README.md).
+         */
+        get: operations["download_hf_model"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/checkpoints/{step}/samples": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Checkpoint Samples
+         * @description Text the model at `step` writes after a fixed set of prompts (greedy). The first request starts
+         *     generating them: `status` is "generating" until they are "ready".
+         */
+        get: operations["checkpoint_samples"];
         put?: never;
         post?: never;
         delete?: never;
@@ -640,6 +890,62 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/runs/{run_id}/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List Webhooks */
+        get: operations["list_webhooks"];
+        put?: never;
+        /** Create Webhook */
+        post: operations["create_webhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/webhooks/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Webhook Deliveries
+         * @description The delivery log, newest first.
+         */
+        get: operations["list_webhook_deliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Delete Webhook */
+        delete: operations["delete_webhook"];
+        options?: never;
+        head?: never;
+        /** Update Webhook */
+        patch: operations["update_webhook"];
+        trace?: never;
+    };
     "/api/peers/register": {
         parameters: {
             query?: never;
@@ -708,6 +1014,66 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/runs/{run_id}/ledger": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Run Ledger
+         * @description What each peer and each participant (join token) contributed, most first.
+         */
+        get: operations["get_run_ledger"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/ledger.csv": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export Run Ledger
+         * @description The per-peer ledger as CSV, one row per peer with its participant.
+         */
+        get: operations["export_run_ledger"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/contributions/{token}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Own Contribution
+         * @description A participant's own view: no account needed, the link is the key.
+         */
+        get: operations["get_own_contribution"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -738,6 +1104,19 @@ export interface components {
             run_id: number;
             /** Current Step */
             current_step: number;
+        };
+        /** CheckpointSamples */
+        CheckpointSamples: {
+            /** Step */
+            step: number;
+            /** Max New Tokens */
+            max_new_tokens: number;
+            /** Temperature */
+            temperature: number;
+            /** Seed */
+            seed: number;
+            /** Samples */
+            samples: components["schemas"]["Sample"][];
         };
         /** CheckpointStageOut */
         CheckpointStageOut: {
@@ -782,6 +1161,39 @@ export interface components {
             files: number;
             /** Owner Id */
             owner_id: number;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+        };
+        /** DeliveryOut */
+        DeliveryOut: {
+            /** Id */
+            id: number;
+            /** Webhook Id */
+            webhook_id: number;
+            /** Event Id */
+            event_id: number;
+            /** Event Kind */
+            event_kind: string;
+            /** Event Message */
+            event_message: string;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "pending" | "delivered" | "failed" | "cancelled";
+            /** Attempts */
+            attempts: number;
+            /** Status Code */
+            status_code: number | null;
+            /** Error */
+            error: string;
+            /** Next Attempt At */
+            next_attempt_at: string | null;
+            /** Delivered At */
+            delivered_at: string | null;
             /**
              * Created At
              * Format: date-time
@@ -851,6 +1263,110 @@ export interface components {
              */
             status: "ok";
         };
+        /** InvitationAccept */
+        InvitationAccept: {
+            /** Token */
+            token: string;
+            /** Username */
+            username?: string | null;
+            /** Password */
+            password: string;
+        };
+        /** InvitationCreate */
+        InvitationCreate: {
+            /**
+             * Role
+             * @default owner
+             * @enum {string}
+             */
+            role: "owner" | "admin";
+        };
+        /**
+         * InvitationInfo
+         * @description What a link is for, so its page can ask for the right things.
+         */
+        InvitationInfo: {
+            /**
+             * Purpose
+             * @enum {string}
+             */
+            purpose: "invite" | "reset";
+            /** Username */
+            username: string | null;
+            /**
+             * Expires At
+             * Format: date-time
+             */
+            expires_at: string;
+        };
+        /** InvitationIssued */
+        InvitationIssued: {
+            /** Id */
+            id: number;
+            /**
+             * Purpose
+             * @enum {string}
+             */
+            purpose: "invite" | "reset";
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "owner" | "admin";
+            /** Username */
+            username: string | null;
+            /** Created By Name */
+            created_by_name: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Expires At
+             * Format: date-time
+             */
+            expires_at: string;
+            /** Token */
+            token: string;
+        };
+        /**
+         * InvitationOut
+         * @description An open link: an invitation (makes an account) or a password reset (for `username`).
+         */
+        InvitationOut: {
+            /** Id */
+            id: number;
+            /**
+             * Purpose
+             * @enum {string}
+             */
+            purpose: "invite" | "reset";
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "owner" | "admin";
+            /** Username */
+            username: string | null;
+            /** Created By Name */
+            created_by_name: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Expires At
+             * Format: date-time
+             */
+            expires_at: string;
+        };
+        /** InvitationToken */
+        InvitationToken: {
+            /** Token */
+            token: string;
+        };
         /** LoginRequest */
         LoginRequest: {
             /** Username */
@@ -871,6 +1387,29 @@ export interface components {
             expires_at: string;
             user: components["schemas"]["UserOut"];
         };
+        /** LossPoint */
+        LossPoint: {
+            /** Step */
+            step: number;
+            /** Loss */
+            loss: number;
+        };
+        /**
+         * MemoryOut
+         * @description Estimated bytes a peer needs (`swarmhub/resources.py`), by what holds them.
+         */
+        MemoryOut: {
+            /** Parameters */
+            parameters: number;
+            /** Optimizer */
+            optimizer: number;
+            /** Gradients */
+            gradients: number;
+            /** Activations */
+            activations: number;
+            /** Total */
+            total: number;
+        };
         /** MetricOut */
         MetricOut: {
             /** Step */
@@ -884,6 +1423,73 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+        };
+        /**
+         * OwnContribution
+         * @description A participant's own view, reached through the link its peer printed when it registered.
+         */
+        OwnContribution: {
+            /** Run Id */
+            run_id: number;
+            /** Run Name */
+            run_name: string;
+            /** Run Samples Counted */
+            run_samples_counted: number;
+            peer: components["schemas"]["PeerContribution"];
+            participant: components["schemas"]["ParticipantContribution"];
+            /** Rank */
+            rank: number;
+            /** Participants */
+            participants: number;
+        };
+        /** ParticipantContribution */
+        ParticipantContribution: {
+            /**
+             * Samples Trained
+             * @default 0
+             */
+            samples_trained: number;
+            /**
+             * Calls Served
+             * @default 0
+             */
+            calls_served: number;
+            /**
+             * Samples Served
+             * @default 0
+             */
+            samples_served: number;
+            /**
+             * Compute S
+             * @default 0
+             */
+            compute_s: number;
+            /**
+             * Bytes Moved
+             * @default 0
+             */
+            bytes_moved: number;
+            /**
+             * Uptime S
+             * @default 0
+             */
+            uptime_s: number;
+            /**
+             * Failures
+             * @default 0
+             */
+            failures: number;
+            /**
+             * Steps
+             * @default 0
+             */
+            steps: number;
+            /** Participant Id */
+            participant_id: number | null;
+            /** Participant */
+            participant: string;
+            /** Peers */
+            peers: number;
         };
         /** PasswordChange */
         PasswordChange: {
@@ -899,6 +1505,60 @@ export interface components {
              * @default
              */
             reason: string;
+        };
+        /** PeerContribution */
+        PeerContribution: {
+            /**
+             * Samples Trained
+             * @default 0
+             */
+            samples_trained: number;
+            /**
+             * Calls Served
+             * @default 0
+             */
+            calls_served: number;
+            /**
+             * Samples Served
+             * @default 0
+             */
+            samples_served: number;
+            /**
+             * Compute S
+             * @default 0
+             */
+            compute_s: number;
+            /**
+             * Bytes Moved
+             * @default 0
+             */
+            bytes_moved: number;
+            /**
+             * Uptime S
+             * @default 0
+             */
+            uptime_s: number;
+            /**
+             * Failures
+             * @default 0
+             */
+            failures: number;
+            /**
+             * Steps
+             * @default 0
+             */
+            steps: number;
+            /** Peer Id */
+            peer_id: number;
+            /** Peer Name */
+            peer_name: string;
+            state: components["schemas"]["PeerState"];
+            /** Stage */
+            stage: number | null;
+            /** Participant Id */
+            participant_id: number | null;
+            /** Participant */
+            participant: string;
         };
         /** PeerOut */
         PeerOut: {
@@ -941,6 +1601,19 @@ export interface components {
             /** Left At */
             left_at: string | null;
         };
+        /** PeerPackageOut */
+        PeerPackageOut: {
+            /** Available */
+            available: boolean;
+            /** Detail */
+            detail: string;
+            /** Version */
+            version: string;
+            /** Url */
+            url: string;
+            /** Install Command */
+            install_command: string;
+        };
         /** PeerRegistered */
         PeerRegistered: {
             /** Peer Id */
@@ -955,6 +1628,11 @@ export interface components {
             control_url_path: string;
             /** Address */
             address: string;
+            /**
+             * Contribution Token
+             * @default
+             */
+            contribution_token: string;
         };
         /** PeerRegistration */
         PeerRegistration: {
@@ -1011,6 +1689,11 @@ export interface components {
             n_head: number;
             /** Max Seq Len */
             max_seq_len: number;
+            /**
+             * Max Activation Elements
+             * @default 16777216
+             */
+            max_activation_elements: number;
         };
         /**
          * RunCreate
@@ -1220,6 +1903,8 @@ export interface components {
             id: number;
             /** Owner Id */
             owner_id: number;
+            /** Owner Name */
+            owner_name: string;
             status: components["schemas"]["RunStatus"];
             /** Current Step */
             current_step: number;
@@ -1233,6 +1918,15 @@ export interface components {
              * Format: date-time
              */
             updated_at: string;
+            /** Tags */
+            tags: string[];
+            /** Notes */
+            notes: string;
+            /**
+             * Archived
+             * @description Left out of `GET /api/runs` unless `archived=true` is asked for.
+             */
+            archived: boolean;
             /** Parameter Count */
             parameter_count: number;
             /** Peer Counts */
@@ -1241,6 +1935,53 @@ export interface components {
             };
             /** Latest Loss */
             latest_loss: number | null;
+            health: components["schemas"]["RunHealthOut"];
+        };
+        /**
+         * RunEstimateOut
+         * @description What a run of this preset and shape asks of its peers' machines.
+         */
+        RunEstimateOut: {
+            /** Stages */
+            stages: components["schemas"]["StageEstimateOut"][];
+            any_stage: components["schemas"]["MemoryOut"];
+        };
+        /**
+         * RunHealthOut
+         * @description What is happening to a run now, from the coordinator's live view of its swarm
+         *     (`server/policies/health.py`). Only `training` means samples are being trained.
+         */
+        RunHealthOut: {
+            state: components["schemas"]["RunState"];
+            /** Reason */
+            reason: string;
+            /** Since */
+            since: string | null;
+            /** Stages */
+            stages: components["schemas"]["StageHealthOut"][];
+        };
+        /**
+         * RunLabelsUpdate
+         * @description The owner's bookkeeping on a run; fields left out stay as they are.
+         */
+        RunLabelsUpdate: {
+            /** Tags */
+            tags?: string[] | null;
+            /** Notes */
+            notes?: string | null;
+            /** Archived */
+            archived?: boolean | null;
+        };
+        /** RunLedger */
+        RunLedger: {
+            /** Run Id */
+            run_id: number;
+            /** Samples Counted */
+            samples_counted: number;
+            /** Peers */
+            peers: components["schemas"]["PeerContribution"][];
+            /** Participants */
+            participants: components["schemas"]["ParticipantContribution"][];
         };
         /** RunOut */
         RunOut: {
@@ -1346,6 +2087,8 @@ export interface components {
             id: number;
             /** Owner Id */
             owner_id: number;
+            /** Owner Name */
+            owner_name: string;
             status: components["schemas"]["RunStatus"];
             /** Current Step */
             current_step: number;
@@ -1359,6 +2102,15 @@ export interface components {
              * Format: date-time
              */
             updated_at: string;
+            /** Tags */
+            tags: string[];
+            /** Notes */
+            notes: string;
+            /**
+             * Archived
+             * @description Left out of `GET /api/runs` unless `archived=true` is asked for.
+             */
+            archived: boolean;
         };
         /**
          * RunSpec
@@ -1467,14 +2219,70 @@ export interface components {
             run_id: number;
         };
         /**
+         * RunState
+         * @enum {string}
+         */
+        RunState: "training" | "paused" | "stalled" | "waiting" | "finished" | "archived";
+        /**
          * RunStatus
          * @enum {string}
          */
         RunStatus: "active" | "paused" | "archived" | "finished";
+        /** Sample */
+        Sample: {
+            /** Prompt */
+            prompt: string;
+            /** Text */
+            text: string;
+        };
+        /** SamplesOut */
+        SamplesOut: {
+            /** Run Id */
+            run_id: number;
+            /** Step */
+            step: number;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "ready" | "generating" | "failed" | "unavailable";
+            /** Detail */
+            detail?: string | null;
+            /** Loss */
+            loss?: number | null;
+            samples?: components["schemas"]["CheckpointSamples"] | null;
+        };
         /** SessionsEnded */
         SessionsEnded: {
             /** Ended */
             ended: number;
+        };
+        /**
+         * StageColor
+         * @enum {string}
+         */
+        StageColor: "green" | "amber" | "red";
+        /** StageEstimateOut */
+        StageEstimateOut: {
+            /** Stage */
+            stage: number;
+            /** Parameter Count */
+            parameter_count: number;
+            memory: components["schemas"]["MemoryOut"];
+        };
+        /** StageHealthOut */
+        StageHealthOut: {
+            /** Stage */
+            stage: number;
+            color: components["schemas"]["StageColor"];
+            /** Ready */
+            ready: number;
+            /** Loading */
+            loading: number;
+            /** Rate */
+            rate: number;
+            /** Reason */
+            reason: string;
         };
         /** StepOut */
         StepOut: {
@@ -1610,6 +2418,63 @@ export interface components {
             /** Context */
             ctx?: Record<string, never>;
         };
+        /** WebhookCreate */
+        WebhookCreate: {
+            /**
+             * Url
+             * Format: uri
+             */
+            url: string;
+            /** Kinds */
+            kinds?: ("run_stalled" | "run_recovered" | "run_finished" | "checkpoint")[];
+        };
+        /** WebhookCreated */
+        WebhookCreated: {
+            /** Id */
+            id: number;
+            /** Run Id */
+            run_id: number;
+            /** Url */
+            url: string;
+            /** Kinds */
+            kinds: ("run_stalled" | "run_recovered" | "run_finished" | "checkpoint")[];
+            /** Enabled */
+            enabled: boolean;
+            /** Created By */
+            created_by: number | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Secret */
+            secret: string;
+        };
+        /** WebhookOut */
+        WebhookOut: {
+            /** Id */
+            id: number;
+            /** Run Id */
+            run_id: number;
+            /** Url */
+            url: string;
+            /** Kinds */
+            kinds: ("run_stalled" | "run_recovered" | "run_finished" | "checkpoint")[];
+            /** Enabled */
+            enabled: boolean;
+            /** Created By */
+            created_by: number | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+        };
+        /** WebhookUpdate */
+        WebhookUpdate: {
+            /** Enabled */
+            enabled: boolean;
+        };
     };
     responses: never;
     parameters: never;
@@ -1619,31 +2484,55 @@ export interface components {
 }
 export type AssignmentOut = components['schemas']['AssignmentOut'];
 export type CheckpointRequested = components['schemas']['CheckpointRequested'];
+export type CheckpointSamples = components['schemas']['CheckpointSamples'];
 export type CheckpointStageOut = components['schemas']['CheckpointStageOut'];
 export type CheckpointStepOut = components['schemas']['CheckpointStepOut'];
 export type DatasetOut = components['schemas']['DatasetOut'];
+export type DeliveryOut = components['schemas']['DeliveryOut'];
 export type DraftFile = components['schemas']['DraftFile'];
 export type DraftOut = components['schemas']['DraftOut'];
 export type ErrorOut = components['schemas']['ErrorOut'];
 export type EventOut = components['schemas']['EventOut'];
 export type HttpValidationError = components['schemas']['HTTPValidationError'];
 export type HealthOut = components['schemas']['HealthOut'];
+export type InvitationAccept = components['schemas']['InvitationAccept'];
+export type InvitationCreate = components['schemas']['InvitationCreate'];
+export type InvitationInfo = components['schemas']['InvitationInfo'];
+export type InvitationIssued = components['schemas']['InvitationIssued'];
+export type InvitationOut = components['schemas']['InvitationOut'];
+export type InvitationToken = components['schemas']['InvitationToken'];
 export type LoginRequest = components['schemas']['LoginRequest'];
 export type LoginResponse = components['schemas']['LoginResponse'];
+export type LossPoint = components['schemas']['LossPoint'];
+export type MemoryOut = components['schemas']['MemoryOut'];
 export type MetricOut = components['schemas']['MetricOut'];
+export type OwnContribution = components['schemas']['OwnContribution'];
+export type ParticipantContribution = components['schemas']['ParticipantContribution'];
 export type PasswordChange = components['schemas']['PasswordChange'];
 export type PeerAction = components['schemas']['PeerAction'];
+export type PeerContribution = components['schemas']['PeerContribution'];
 export type PeerOut = components['schemas']['PeerOut'];
+export type PeerPackageOut = components['schemas']['PeerPackageOut'];
 export type PeerRegistered = components['schemas']['PeerRegistered'];
 export type PeerRegistration = components['schemas']['PeerRegistration'];
 export type PeerState = components['schemas']['PeerState'];
 export type PresetOut = components['schemas']['PresetOut'];
 export type RunCreate = components['schemas']['RunCreate'];
 export type RunDetail = components['schemas']['RunDetail'];
+export type RunEstimateOut = components['schemas']['RunEstimateOut'];
+export type RunHealthOut = components['schemas']['RunHealthOut'];
+export type RunLabelsUpdate = components['schemas']['RunLabelsUpdate'];
+export type RunLedger = components['schemas']['RunLedger'];
 export type RunOut = components['schemas']['RunOut'];
 export type RunSpec = components['schemas']['RunSpec'];
+export type RunState = components['schemas']['RunState'];
 export type RunStatus = components['schemas']['RunStatus'];
+export type Sample = components['schemas']['Sample'];
+export type SamplesOut = components['schemas']['SamplesOut'];
 export type SessionsEnded = components['schemas']['SessionsEnded'];
+export type StageColor = components['schemas']['StageColor'];
+export type StageEstimateOut = components['schemas']['StageEstimateOut'];
+export type StageHealthOut = components['schemas']['StageHealthOut'];
 export type StepOut = components['schemas']['StepOut'];
 export type TokenCreate = components['schemas']['TokenCreate'];
 export type TokenIssued = components['schemas']['TokenIssued'];
@@ -1652,6 +2541,10 @@ export type UserCreate = components['schemas']['UserCreate'];
 export type UserOut = components['schemas']['UserOut'];
 export type UserUpdate = components['schemas']['UserUpdate'];
 export type ValidationError = components['schemas']['ValidationError'];
+export type WebhookCreate = components['schemas']['WebhookCreate'];
+export type WebhookCreated = components['schemas']['WebhookCreated'];
+export type WebhookOut = components['schemas']['WebhookOut'];
+export type WebhookUpdate = components['schemas']['WebhookUpdate'];
 export type $defs = Record<string, never>;
 export interface operations {
     healthz: {
@@ -2068,6 +2961,302 @@ export interface operations {
             };
         };
     };
+    list_invitations: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvitationOut"][];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    create_invitation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["InvitationCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvitationIssued"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    revoke_invitation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                invitation_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_reset_link: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvitationIssued"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    inspect_invitation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["InvitationToken"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvitationInfo"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    accept_invitation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["InvitationAccept"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
     list_presets: {
         parameters: {
             query?: never;
@@ -2088,9 +3277,115 @@ export interface operations {
             };
         };
     };
-    list_runs: {
+    estimate: {
+        parameters: {
+            query: {
+                num_stages: number;
+                microbatch_size: number;
+                seq_len: number;
+                optimizer?: "adamw" | "sgd";
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunEstimateOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    peer_package: {
         parameters: {
             query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PeerPackageOut"];
+                };
+            };
+        };
+    };
+    download_wheel: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                filename: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_runs: {
+        parameters: {
+            query?: {
+                /** @description Include archived runs */
+                archived?: boolean;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2122,6 +3417,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };
@@ -2382,6 +3686,120 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    update_labels: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RunLabelsUpdate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    loss_curve: {
+        parameters: {
+            query?: {
+                /** @description How many steps to sample */
+                points?: number;
+            };
+            header?: never;
+            path: {
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LossPoint"][];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2988,6 +4406,124 @@ export interface operations {
                 };
                 content: {
                     "application/zip": unknown;
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    download_hf_model: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: number;
+                step: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A Hugging Face transformers model */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/zip": unknown;
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    checkpoint_samples: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: number;
+                step: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SamplesOut"];
                 };
             };
             /** @description Unauthorized */
@@ -3696,6 +5232,272 @@ export interface operations {
             };
         };
     };
+    list_webhooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookOut"][];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_webhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookCreated"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_webhook_deliveries: {
+        parameters: {
+            query?: {
+                /** @description Only this webhook's */
+                webhook_id?: number | null;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryOut"][];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_webhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: number;
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    update_webhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: number;
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookUpdate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookOut"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     register_peer: {
         parameters: {
             query?: never;
@@ -3932,6 +5734,144 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    get_run_ledger: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunLedger"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    export_run_ledger: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/csv": unknown;
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_own_contribution: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OwnContribution"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };

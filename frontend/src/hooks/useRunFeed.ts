@@ -5,8 +5,11 @@ import { FeedClient, feedUrl, type FeedStatus } from "../feed";
 import type { EventOut, FeedFrame, PeerOut, RunDetail, RunOut, StepOut } from "../generated/feed";
 import { loadStepHistory } from "../history";
 import { BoundedSeries, StepRate } from "../series";
+import { stepStageRates } from "../stageRates";
 
 export const EVENT_LIMIT = 200;
+/** Steps the stage rates are observed over. */
+export const RECENT_STEPS = 20;
 const MOVING_MS = 15_000;
 
 export function samplesPerSecond(step: StepOut): number | null {
@@ -25,7 +28,12 @@ export interface RunFeedState {
   stepRate: number | null;
   chartVersion: number;
   lastStep: StepOut | null;
+  /** The newest steps, oldest first (each stage's observed rate). */
+  recentSteps: StepOut[];
 }
+
+/** What the feed's series holds per step, in this order; the stages' served rates follow. */
+export const SERIES = { loss: 0, rate: 1, time: 2, stages: 3 } as const;
 
 export function useRunFeed(runId: number) {
   const series = useRef(new BoundedSeries(1000, 1000));
@@ -42,6 +50,7 @@ export function useRunFeed(runId: number) {
     stepRate: null,
     chartVersion: 0,
     lastStep: null,
+    recentSteps: [],
   });
 
   useEffect(() => {
@@ -57,7 +66,15 @@ export function useRunFeed(runId: number) {
       return ids;
     };
 
-    const point = (step: StepOut) => ({ step: step.step, values: [step.loss, samplesPerSecond(step)] });
+    const point = (step: StepOut) => ({
+      step: step.step,
+      values: [
+        step.loss,
+        samplesPerSecond(step),
+        Date.parse(step.created_at) / 1000,
+        ...stepStageRates(step, step.samples_counted.length),
+      ],
+    });
     const addStep = (step: StepOut) => {
       const added = series.current.push(point(step));
       rate.current.add(step.step, Date.parse(step.created_at));
@@ -90,6 +107,7 @@ export function useRunFeed(runId: number) {
             stepRate: rate.current.rate(),
             chartVersion: s.chartVersion + 1,
             lastStep: steps[steps.length - 1] ?? null,
+            recentSteps: steps.slice(-RECENT_STEPS),
           }));
           // The snapshot holds only recent steps: fetch the older history behind them.
           const generation = ++snapshotGeneration;
@@ -124,6 +142,7 @@ export function useRunFeed(runId: number) {
             stepRate: rate.current.rate(),
             chartVersion: s.chartVersion + 1,
             lastStep: frame.step,
+            recentSteps: [...s.recentSteps, frame.step].slice(-RECENT_STEPS),
           }));
           break;
         }
@@ -137,6 +156,9 @@ export function useRunFeed(runId: number) {
         case "run":
           // Run frames carry the plain run; keep the detail fields (parameter count, loss) we have.
           setState((s) => (s.run ? { ...s, run: { ...s.run, ...frame.run } } : s));
+          break;
+        case "health":
+          setState((s) => (s.run ? { ...s, run: { ...s.run, health: frame.health } } : s));
           break;
         case "ping":
           break;

@@ -5,6 +5,7 @@
 import { useEffect, useRef, useState } from "react";
 import { call, client } from "../api";
 import { CheckCosts, wholeSteps } from "../checks";
+import { MetricSeries } from "../stepMetrics";
 import { StepTimes } from "../stepTime";
 
 const WINDOW = 1000;
@@ -13,10 +14,14 @@ const PAGE = 1000;
 export interface RunMetrics {
   checks: CheckCosts;
   times: StepTimes;
+  /** Stage calls retried and data-plane bytes, per step. */
+  traffic: MetricSeries;
 }
 
+export const TRAFFIC_NAMES = ["retries", "wire_bytes"] as const;
+
 function newMetrics(): RunMetrics {
-  return { checks: new CheckCosts(), times: new StepTimes() };
+  return { checks: new CheckCosts(), times: new StepTimes(), traffic: new MetricSeries(TRAFFIC_NAMES) };
 }
 
 export function useRunMetrics(runId: number, latestStep: number | null): { metrics: RunMetrics; version: number } {
@@ -54,6 +59,7 @@ export function useRunMetrics(runId: number, latestStep: number | null): { metri
             const page = wholeSteps(rows, PAGE);
             mine.checks.add(page.rows);
             mine.times.add(page.rows);
+            mine.traffic.add(page.rows);
             after = Math.max(from, page.after ?? from);
             setVersion((v) => v + 1);
             if (!page.more) break;

@@ -1,14 +1,16 @@
 import { useState, type FormEvent } from "react";
 import { call, client, errorMessage } from "../api";
+import {
+  EMPTY_NEW_PASSWORD,
+  MIN_PASSWORD_LENGTH,
+  NewPasswordFields,
+  newPasswordProblem,
+} from "../components/NewPasswordFields";
 import type { UserOut } from "../generated/api";
-
-// Mirrors server.security.MIN_PASSWORD_LENGTH; the server's refusal is the authority.
-const MIN_PASSWORD_LENGTH = 12;
 
 function ChangePassword() {
   const [current, setCurrent] = useState("");
-  const [next, setNext] = useState("");
-  const [repeat, setRepeat] = useState("");
+  const [next, setNext] = useState(EMPTY_NEW_PASSWORD);
   const [error, setError] = useState("");
   const [notice, setNotice] = useState("");
   const [busy, setBusy] = useState(false);
@@ -17,18 +19,20 @@ function ChangePassword() {
     event.preventDefault();
     setError("");
     setNotice("");
-    if (next !== repeat) {
-      setError("the new passwords differ");
+    const problem = newPasswordProblem(next);
+    if (problem) {
+      setError(problem);
       return;
     }
     setBusy(true);
     try {
       const { ended } = await call(
-        client.POST("/api/auth/password", { body: { current_password: current, new_password: next } }),
+        client.POST("/api/auth/password", {
+          body: { current_password: current, new_password: next.password },
+        }),
       );
       setCurrent("");
-      setNext("");
-      setRepeat("");
+      setNext(EMPTY_NEW_PASSWORD);
       setNotice(`Password changed. ${ended} other session${ended === 1 ? "" : "s"} ended.`);
     } catch (e) {
       setError(errorMessage(e));
@@ -41,8 +45,8 @@ function ChangePassword() {
     <form className="card" onSubmit={(e) => void submit(e)} data-testid="change-password">
       <h2>Change password</h2>
       <p className="muted">
-        At least {MIN_PASSWORD_LENGTH} characters, any characters: a few words are easy to remember and hard to
-        guess. Your other sessions end; this one stays.
+        At least {MIN_PASSWORD_LENGTH} characters, any characters: a few words are easy to remember and hard to guess.
+        Your other sessions end; this one stays.
       </p>
       <label>
         Current password
@@ -55,28 +59,7 @@ function ChangePassword() {
           required
         />
       </label>
-      <label>
-        New password
-        <input
-          name="new-password"
-          type="password"
-          autoComplete="new-password"
-          value={next}
-          onChange={(e) => setNext(e.target.value)}
-          required
-        />
-      </label>
-      <label>
-        Repeat the new password
-        <input
-          name="repeat-password"
-          type="password"
-          autoComplete="new-password"
-          value={repeat}
-          onChange={(e) => setRepeat(e.target.value)}
-          required
-        />
-      </label>
+      <NewPasswordFields value={next} onChange={setNext} />
       {error && (
         <p className="error" role="alert">
           {error}

@@ -59,10 +59,7 @@ function RunTokens({ runId }: { runId: number }) {
 }
 
 export function AdminPage({ me }: { me: UserOut }) {
-  const loaded = useLoad(
-    () => Promise.all([call(client.GET("/api/runs")), call(client.GET("/api/admin/peers"))]),
-    [],
-  );
+  const loaded = useLoad(() => Promise.all([call(client.GET("/api/runs")), call(client.GET("/api/admin/peers"))]), []);
   const [runs, peers] = loaded.data ?? [[], []];
   const [openRun, setOpenRun] = useState<number | null>(null);
   const [showDeparted, setShowDeparted] = useState(false);
@@ -95,9 +92,7 @@ export function AdminPage({ me }: { me: UserOut }) {
   }
 
   const runName = new Map(runs.map((r) => [r.id, r.name]));
-  const visiblePeers = peers.filter(
-    (p) => showDeparted || !["left", "kicked", "banned"].includes(p.state),
-  );
+  const visiblePeers = peers.filter((p) => showDeparted || !["left", "kicked", "banned"].includes(p.state));
 
   return (
     <section>
@@ -113,54 +108,56 @@ export function AdminPage({ me }: { me: UserOut }) {
 
       <div className="card">
         <h2>Runs</h2>
-        <table className="table" data-testid="admin-runs">
-          <thead>
-            <tr>
-              <th>Run</th>
-              <th>Owner</th>
-              <th>Status</th>
-              <th>Step</th>
-              <th>Peers</th>
-              <th>Join tokens</th>
-            </tr>
-          </thead>
-          <tbody>
-            {runs.map((run) => (
-              <Fragment key={run.id}>
-                <tr>
-                  <td>
-                    <a href={`#/runs/${run.id}`}>{run.name}</a>
-                  </td>
-                  <td>user #{run.owner_id}</td>
-                  <td>
-                    <StatusBadge status={run.status} />
-                  </td>
-                  <td>{run.current_step}</td>
-                  <td>
-                    {peers.filter((p) => p.run_id === run.id && p.state === "active").length}
-                    <span className="muted"> / {peers.filter((p) => p.run_id === run.id).length}</span>
-                  </td>
-                  <td>
-                    <button
-                      type="button"
-                      className="link"
-                      onClick={() => setOpenRun(openRun === run.id ? null : run.id)}
-                    >
-                      {openRun === run.id ? "hide" : "show"}
-                    </button>
-                  </td>
-                </tr>
-                {openRun === run.id && (
-                  <tr className="subrow">
-                    <td colSpan={6}>
-                      <RunTokens runId={run.id} />
+        <div className="table-scroll">
+          <table className="table" data-testid="admin-runs">
+            <thead>
+              <tr>
+                <th>Run</th>
+                <th>Owner</th>
+                <th>Status</th>
+                <th>Step</th>
+                <th>Peers</th>
+                <th>Join tokens</th>
+              </tr>
+            </thead>
+            <tbody>
+              {runs.map((run) => (
+                <Fragment key={run.id}>
+                  <tr>
+                    <td>
+                      <a href={`#/runs/${run.id}`}>{run.name}</a>
+                    </td>
+                    <td>{run.owner_name}</td>
+                    <td>
+                      <StatusBadge status={run.status} />
+                    </td>
+                    <td>{run.current_step}</td>
+                    <td>
+                      {peers.filter((p) => p.run_id === run.id && p.state === "active").length}
+                      <span className="muted"> / {peers.filter((p) => p.run_id === run.id).length}</span>
+                    </td>
+                    <td>
+                      <button
+                        type="button"
+                        className="link"
+                        onClick={() => setOpenRun(openRun === run.id ? null : run.id)}
+                      >
+                        {openRun === run.id ? "hide" : "show"}
+                      </button>
                     </td>
                   </tr>
-                )}
-              </Fragment>
-            ))}
-          </tbody>
-        </table>
+                  {openRun === run.id && (
+                    <tr className="subrow">
+                      <td colSpan={6}>
+                        <RunTokens runId={run.id} />
+                      </td>
+                    </tr>
+                  )}
+                </Fragment>
+              ))}
+            </tbody>
+          </table>
+        </div>
       </div>
 
       <div className="card">
@@ -173,55 +170,57 @@ export function AdminPage({ me }: { me: UserOut }) {
         </div>
         {visiblePeers.length === 0 && <p className="muted">No peers.</p>}
         {visiblePeers.length > 0 && (
-          <table className="table" data-testid="admin-peers">
-            <thead>
-              <tr>
-                <th>Peer</th>
-                <th>Run</th>
-                <th>Stage</th>
-                <th>State</th>
-                <th>Device</th>
-                <th>Samples/s</th>
-                <th>Address</th>
-                <th>Last heartbeat</th>
-                <th />
-              </tr>
-            </thead>
-            <tbody>
-              {visiblePeers.map((peer) => (
-                <tr key={peer.id} data-testid="admin-peer" data-peer-id={peer.id} data-state={peer.state}>
-                  <td>
-                    {peer.name || `peer ${peer.id}`} {peer.trusted && <VerifierBadge />}
-                  </td>
-                  <td>{runName.get(peer.run_id) ?? `#${peer.run_id}`}</td>
-                  <td>{peer.stage ?? "—"}</td>
-                  <td>
-                    <span className={`badge badge-${peer.state}`}>{peer.state}</span>
-                  </td>
-                  <td title={peer.device_name}>{peer.device}</td>
-                  <td>{formatNumber(peer.throughput, 1)}</td>
-                  <td>
-                    <code>{peer.address}</code>
-                  </td>
-                  <td title={peer.last_heartbeat ?? ""}>{formatAgo(peer.last_heartbeat)}</td>
-                  <td>
-                    <div className="row-actions">
-                    {!["kicked", "banned", "left"].includes(peer.state) && (
-                      <button type="button" className="secondary small" onClick={() => void act(peer, "kick")}>
-                        Kick
-                      </button>
-                    )}
-                    {peer.state !== "banned" && (
-                      <button type="button" className="danger small" onClick={() => void act(peer, "ban")}>
-                        Ban
-                      </button>
-                    )}
-                    </div>
-                  </td>
+          <div className="table-scroll">
+            <table className="table" data-testid="admin-peers">
+              <thead>
+                <tr>
+                  <th>Peer</th>
+                  <th>Run</th>
+                  <th>Stage</th>
+                  <th>State</th>
+                  <th>Device</th>
+                  <th>Samples/s</th>
+                  <th>Address</th>
+                  <th>Last heartbeat</th>
+                  <th />
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {visiblePeers.map((peer) => (
+                  <tr key={peer.id} data-testid="admin-peer" data-peer-id={peer.id} data-state={peer.state}>
+                    <td>
+                      {peer.name || `peer ${peer.id}`} {peer.trusted && <VerifierBadge />}
+                    </td>
+                    <td>{runName.get(peer.run_id) ?? `#${peer.run_id}`}</td>
+                    <td>{peer.stage ?? "—"}</td>
+                    <td>
+                      <span className={`badge badge-${peer.state}`}>{peer.state}</span>
+                    </td>
+                    <td title={peer.device_name}>{peer.device}</td>
+                    <td>{formatNumber(peer.throughput, 1)}</td>
+                    <td>
+                      <code>{peer.address}</code>
+                    </td>
+                    <td title={peer.last_heartbeat ?? ""}>{formatAgo(peer.last_heartbeat)}</td>
+                    <td>
+                      <div className="row-actions">
+                        {!["kicked", "banned", "left"].includes(peer.state) && (
+                          <button type="button" className="secondary small" onClick={() => void act(peer, "kick")}>
+                            Kick
+                          </button>
+                        )}
+                        {peer.state !== "banned" && (
+                          <button type="button" className="danger small" onClick={() => void act(peer, "ban")}>
+                            Ban
+                          </button>
+                        )}
+                      </div>
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
         )}
       </div>
     </section>

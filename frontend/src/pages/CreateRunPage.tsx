@@ -1,8 +1,9 @@
-import { useState, type FormEvent, type ReactNode } from "react";
+import { useEffect, useState, type FormEvent, type ReactNode } from "react";
 import { ApiError, call, client, errorMessage } from "../api";
 import { DatasetPicker } from "../components/DatasetPicker";
-import { formatCount } from "../format";
-import type { RunCreate } from "../generated/api";
+import { describePlan, planSwarm, type SwarmPlan } from "../estimate";
+import { formatBytes, formatCount } from "../format";
+import type { PresetOut, RunCreate } from "../generated/api";
 import { useLoad } from "../hooks/useLoad";
 import { navigate } from "../router";
 import {
@@ -16,6 +17,120 @@ import {
 } from "../validation";
 
 const FIELD_NAMES = Object.keys(DEFAULT_FORM);
+
+/** Settings most runs leave at their defaults: in the collapsed "Advanced" section. */
+export const ADVANCED_FIELDS: ReadonlySet<string> = new Set([
+  "optimizer",
+  "learning_rate",
+  "warmup_steps",
+  "weight_decay",
+  "compression",
+  "rebalance",
+  "spot_check_fraction",
+  "seed",
+]);
+
+/** Waits this long after the last keystroke before asking the coordinator for an estimate. */
+const ESTIMATE_DELAY_MS = 250;
+
+/** The swarm the form's settings need, once the settings it depends on check out. */
+function useSwarmPlan(form: RunForm, preset: PresetOut | undefined): { plan: SwarmPlan | null; error: string } {
+  const [result, setResult] = useState<{
+    plan: SwarmPlan | null;
+    error: string;
+  }>({ plan: null, error: "" });
+  const checked = validateRunForm({ ...form, name: form.name || "estimate" }, preset);
+  const shapeErrors = ["num_stages", "microbatch_size", "seq_len", "target_batch_size", "optimizer"].filter(
+    (field) => checked.errors?.[field],
+  );
+  const shape =
+    preset && shapeErrors.length === 0
+      ? {
+          name: preset.name,
+          num_stages: Number(form.num_stages),
+          microbatch_size: Number(form.microbatch_size),
+          seq_len: Number(form.seq_len),
+          optimizer: form.optimizer as RunCreate["optimizer"],
+          target_batch_size: Number(form.target_batch_size),
+        }
+      : null;
+  const key = JSON.stringify(shape);
+  useEffect(() => {
+    if (shape === null) {
+      setResult({ plan: null, error: "" });
+      return;
+    }
+    let current = true;
+    const timer = window.setTimeout(() => {
+      call(
+        client.GET("/api/presets/{name}/estimate", {
+          params: {
+            path: { name: shape.name },
+            query: {
+              num_stages: shape.num_stages,
+              microbatch_size: shape.microbatch_size,
+              seq_len: shape.seq_len,
+              optimizer: shape.optimizer,
+            },
+          },
+        }),
+      ).then(
+        (estimate) => current && setResult({ plan: planSwarm(estimate, shape), error: "" }),
+        (e: unknown) => current && setResult({ plan: null, error: errorMessage(e) }),
+      );
+    }, ESTIMATE_DELAY_MS);
+    return () => {
+      current = false;
+      window.clearTimeout(timer);
+    };
+    // The shape's JSON stands for the shape: a new object each render must not refetch.
+  }, [key]);
+  return result;
+}
+
+function SwarmEstimate({ plan, error }: { plan: SwarmPlan | null; error: string }) {
+  return (
+    <div className="run-estimate" data-testid="run-estimate" aria-live="polite">
+      <h2>What the run needs</h2>
+      {error ? (
+        <p className="error">Could not estimate: {error}</p>
+      ) : !plan ? (
+        <p className="muted">Fill in the preset, stages and batch sizes to see the memory each stage needs.</p>
+      ) : (
+        <>
+          <p data-testid="run-estimate-summary">{describePlan(plan)}</p>
+          <table className="table compact">
+            <thead>
+              <tr>
+                <th>Stage</th>
+                <th>Parameters</th>
+                <th>Memory per peer</th>
+                <th>Fits</th>
+              </tr>
+            </thead>
+            <tbody>
+              {plan.stages.map((stage) => (
+                <tr key={stage.stage} data-testid="run-estimate-stage">
+                  <td>
+                    {stage.stage}
+                    {stage.stage === plan.heaviestStage && plan.stages.length > 1 ? " (heaviest)" : ""}
+                  </td>
+                  <td>{formatCount(stage.parameterCount)}</td>
+                  <td>{formatBytes(stage.bytes)}</td>
+                  <td>{stage.device ? `${stage.device.label} GPU` : "no common GPU"}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          <p className="muted">
+            Estimates from the coordinator (parameters, optimizer state, gradients and one microbatch&apos;s
+            activations); a peer refuses the run before allocating anything when its free memory is short.
+          </p>
+        </>
+      )}
+    </div>
+  );
+}
 
 // Number inputs take their bounds from RunSettings (`setting`: the same in other units, such as a
 // percentage), tightened where the chosen preset allows less (the form is noValidate: they only
@@ -61,8 +176,16 @@ export function CreateRunPage() {
   const { data: presets, error: presetsError } = useLoad(() => call(client.GET("/api/presets")), []);
   const presetError = presetsError && `Could not load model presets: ${presetsError}`;
   const [busy, setBusy] = useState(false);
+  const [advancedOpen, setAdvancedOpen] = useState(false);
 
   const preset = presets?.find((p) => p.name === form.model_preset);
+  const estimate = useSwarmPlan(form, preset);
+
+  /** Errors are shown where they are: a refused advanced setting opens its section. */
+  function showErrors(next: FieldErrors) {
+    setErrors(next);
+    if (Object.keys(next).some((field) => next[field] && ADVANCED_FIELDS.has(field))) setAdvancedOpen(true);
+  }
 
   function set<K extends keyof RunForm>(key: K, value: string) {
     setForm((f) => ({ ...f, [key]: value }));
@@ -87,7 +210,7 @@ export function CreateRunPage() {
     setFormError("");
     const checked = validateRunForm(form, preset);
     if (checked.errors) {
-      setErrors(checked.errors);
+      showErrors(checked.errors);
       return;
     }
     setErrors({});
@@ -106,7 +229,7 @@ export function CreateRunPage() {
           if (FIELD_NAMES.includes(field)) fields[field] = message;
           else rest.push(`${field}: ${message}`);
         }
-        setErrors(fields);
+        showErrors(fields);
         setFormError(rest.length > 0 ? rest.join("; ") : "The coordinator rejected some fields.");
       } else {
         setFormError(errorMessage(e));
@@ -184,66 +307,82 @@ export function CreateRunPage() {
         >
           {input("seq_len", "number", bounds("seq_len", preset?.max_seq_len))}
         </Field>
-        <Field name="optimizer" label="Optimizer" errors={errors}>
-          <select
-            id="f-optimizer"
-            name="optimizer"
-            value={form.optimizer}
-            onChange={(e) => set("optimizer", e.target.value)}
-          >
-            <option value="adamw">AdamW</option>
-            <option value="sgd">SGD</option>
-          </select>
-        </Field>
-        <Field name="learning_rate" label="Learning rate" errors={errors}>
-          {input("learning_rate", "text", { inputMode: "decimal" })}
-        </Field>
-        <Field name="warmup_steps" label="Warm-up steps" errors={errors}>
-          {input("warmup_steps", "number", bounds("warmup_steps"))}
-        </Field>
-        <Field name="weight_decay" label="Weight decay" errors={errors}>
-          {input("weight_decay", "text", { inputMode: "decimal" })}
-        </Field>
-        <Field name="compression" label="Compression" errors={errors} hint="of activations and gradients between peers">
-          <select
-            id="f-compression"
-            name="compression"
-            value={form.compression}
-            onChange={(e) => set("compression", e.target.value)}
-          >
-            <option value="none">none (exact)</option>
-            <option value="float16">float16</option>
-            <option value="int8">int8 (blockwise 8-bit)</option>
-          </select>
-        </Field>
-        <Field name="rebalance" label="Rebalancing" errors={errors} hint="move peers toward the bottleneck stage">
-          <select
-            id="f-rebalance"
-            name="rebalance"
-            value={form.rebalance}
-            onChange={(e) => set("rebalance", e.target.value)}
-          >
-            <option value="true">on</option>
-            <option value="false">off</option>
-          </select>
-        </Field>
-        <Field
-          name="spot_check_fraction"
-          label="Spot checks, % of stage calls"
-          errors={errors}
-          hint="costs about that share of extra compute; catches peers returning wrong results (0: off)"
-        >
-          {input("spot_check_fraction", "number", {
-            ...bounds("spot_check_fraction", undefined, percentSetting("spot_check_fraction")),
-            step: "any",
-          })}
-        </Field>
         <Field name="max_steps" label="Max steps" errors={errors} hint="empty: run until stopped">
           {input("max_steps", "number", bounds("max_steps"))}
         </Field>
-        <Field name="seed" label="Seed" errors={errors}>
-          {input("seed", "number", bounds("seed"))}
-        </Field>
+        <SwarmEstimate plan={estimate.plan} error={estimate.error} />
+        <details
+          className="advanced-settings"
+          data-testid="advanced-settings"
+          open={advancedOpen}
+          onToggle={(e) => setAdvancedOpen(e.currentTarget.open)}
+        >
+          <summary>Advanced settings: optimizer, learning rate, compression, rebalancing, spot checks, seed</summary>
+          <div className="run-form-section">
+            <Field name="optimizer" label="Optimizer" errors={errors}>
+              <select
+                id="f-optimizer"
+                name="optimizer"
+                value={form.optimizer}
+                onChange={(e) => set("optimizer", e.target.value)}
+              >
+                <option value="adamw">AdamW</option>
+                <option value="sgd">SGD</option>
+              </select>
+            </Field>
+            <Field name="learning_rate" label="Learning rate" errors={errors}>
+              {input("learning_rate", "text", { inputMode: "decimal" })}
+            </Field>
+            <Field name="warmup_steps" label="Warm-up steps" errors={errors}>
+              {input("warmup_steps", "number", bounds("warmup_steps"))}
+            </Field>
+            <Field name="weight_decay" label="Weight decay" errors={errors}>
+              {input("weight_decay", "text", { inputMode: "decimal" })}
+            </Field>
+            <Field
+              name="compression"
+              label="Compression"
+              errors={errors}
+              hint="of activations and gradients between peers"
+            >
+              <select
+                id="f-compression"
+                name="compression"
+                value={form.compression}
+                onChange={(e) => set("compression", e.target.value)}
+              >
+                <option value="none">none (exact)</option>
+                <option value="float16">float16</option>
+                <option value="int8">int8 (blockwise 8-bit)</option>
+              </select>
+            </Field>
+            <Field name="rebalance" label="Rebalancing" errors={errors} hint="move peers toward the bottleneck stage">
+              <select
+                id="f-rebalance"
+                name="rebalance"
+                value={form.rebalance}
+                onChange={(e) => set("rebalance", e.target.value)}
+              >
+                <option value="true">on</option>
+                <option value="false">off</option>
+              </select>
+            </Field>
+            <Field
+              name="spot_check_fraction"
+              label="Spot checks, % of stage calls"
+              errors={errors}
+              hint="costs about that share of extra compute; catches peers returning wrong results (0: off)"
+            >
+              {input("spot_check_fraction", "number", {
+                ...bounds("spot_check_fraction", undefined, percentSetting("spot_check_fraction")),
+                step: "any",
+              })}
+            </Field>
+            <Field name="seed" label="Seed" errors={errors}>
+              {input("seed", "number", bounds("seed"))}
+            </Field>
+          </div>
+        </details>
         {formError && (
           <p className="error form-error" role="alert">
             {formError}

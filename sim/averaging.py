@@ -1,0 +1,118 @@
+"""What an averaging round costs on the wire, computed per round (never per byte): SWARM's all-to-all
+exchange as `peer/averaging.py` makes it (or a butterfly, for the scale scenarios), and the ring
+all-reduce a data-parallel fixed pipeline would use.
+
+All-to-all, as the peers do it: at the barrier each member pushes its whole gradient sum to the K-1
+others, one push after another through its one paced upload (`UploadPacer` queues them in the
+order of the barrier's group, by peer id), and takes the others' sums through its download. A
+member gives up on the round after its timeout (`push_timeout_s`): it then names the members whose
+sums had not arrived (`AveragingRound.missed`) and reports nothing; one that had everything in time
+and whose pushes went out reports. Acknowledgements (a few bytes) are taken to pass unpaced.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pusher:
+    """One member of an all-to-all round."""
+
+    peer_id: int
+    ready_s: float
+    """When its upload is free to start pushing, from the barrier; infinite: it never pushes (dead)."""
+    upload: float
+    """Bytes/s its pushes go out at."""
+    download: float
+    """Bytes/s it takes the others' sums at."""
+    latency_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundOutcome:
+    group: frozenset[int]
+    reported: frozenset[int]
+    """Members that had every sum in time and pushed theirs: they report the round done."""
+    missed: dict[int, frozenset[int]]
+    """Member that gave up -> the members whose sums it had not received by its timeout."""
+    ends_s: float
+    """When the last sum is in (sent and taken), from the barrier: the round's end if complete."""
+
+    @property
+    def complete(self) -> bool:
+        return self.reported == self.group
+
+
+def all_to_all_round(members: Sequence[Pusher], wire_bytes: float, timeout_s: float) -> RoundOutcome:
+    """Who reports, and who misses whom, in one all-to-all round of `members` pushing sums of
+    `wire_bytes` each, every member giving up `timeout_s` after the barrier. O(K) when every sum
+    arrives in time; each late sender costs O(K) more, to find who had its sum before giving up."""
+    ordered = sorted(members, key=lambda m: m.peer_id)
+    group = frozenset(m.peer_id for m in ordered)
+    pushes = len(ordered) - 1
+    if pushes < 1:
+        return RoundOutcome(group=group, reported=group, missed={}, ends_s=0.0)
+    # A sender's last push is out after all K-1 of its sums went through its upload; its last
+    # receiver has it a latency later. A receiver takes the K-1 sums through its download.
+    sent = {m.peer_id: m.ready_s + pushes * wire_bytes / m.upload + m.latency_s for m in ordered}
+    taken = {m.peer_id: pushes * wire_bytes / m.download + m.latency_s for m in ordered}
+    late_for: dict[int, set[int]] = {}
+    """Receiver -> late senders whose sum had not reached it by its timeout (a late sender's early
+    receivers may still have had it in time: its pushes go out one after another)."""
+    for sender in ordered:
+        if sent[sender.peer_id] <= timeout_s:
+            continue
+        per_push = wire_bytes / sender.upload
+        others = [m.peer_id for m in ordered if m.peer_id != sender.peer_id]
+        for rank, receiver in enumerate(others):
+            if sender.ready_s + (rank + 1) * per_push + sender.latency_s > timeout_s:
+                late_for.setdefault(receiver, set()).add(sender.peer_id)
+    missed: dict[int, frozenset[int]] = {}
+    reported: set[int] = set()
+    for m in ordered:
+        me = m.peer_id
+        if taken[me] > timeout_s:
+            # Its download cannot take the others' sums in time: it misses them all.
+            missed[me] = frozenset(p.peer_id for p in ordered if p.peer_id != me)
+        elif me in late_for:
+            missed[me] = frozenset(late_for[me])
+        elif sent[me] <= timeout_s:
+            reported.add(me)
+        # Else it had every sum but its own pushes ran past its timeout: it gives up naming nobody.
+    return RoundOutcome(
+        group=group,
+        reported=frozenset(reported),
+        missed=missed,
+        ends_s=max(max(sent.values()), max(taken.values())),
+    )
+
+
+def butterfly_round(members: Sequence[Pusher], wire_bytes: float, timeout_s: float) -> RoundOutcome:
+    """A reduce-scatter and all-gather among `members` (a pattern the peers do not use yet; the
+    scale scenarios assume it): each member sends and takes 2(K-1)/K sums' worth and every part
+    passes through every member, so a member too slow for the timeout is missed by all the others."""
+    k = len(members)
+    group = frozenset(m.peer_id for m in members)
+    if k < 2:
+        return RoundOutcome(group=group, reported=group, missed={}, ends_s=0.0)
+    share = 2 * (k - 1) / k * wire_bytes
+    hops = 2 * math.ceil(math.log2(k))
+    done = {m.peer_id: m.ready_s + share / min(m.upload, m.download) + hops * m.latency_s for m in members}
+    late = frozenset(p for p, t in done.items() if t > timeout_s)
+    if not late:
+        return RoundOutcome(group=group, reported=group, missed={}, ends_s=max(done.values()))
+    missed = {p: late for p in group - late}
+    return RoundOutcome(group=group, reported=frozenset(), missed=missed, ends_s=max(done.values()))
+
+
+def ring_allreduce_s(gradient_bytes: float, links: Sequence[float], latency_s: float) -> float:
+    """Seconds a ring all-reduce of `gradient_bytes` among members with these link rates takes: each
+    member sends and receives 2(K-1)/K of the bytes (a reduce-scatter and an all-gather, in 2(K-1)
+    steps of one chunk each), and the ring moves at its slowest link."""
+    k = len(links)
+    if k < 2:
+        return 0.0
+    return 2 * (k - 1) / k * gradient_bytes / min(links) + 2 * (k - 1) * latency_s

@@ -1,0 +1,106 @@
+"""A stage call's time as the trainer reports it: the serving peer says how long the call was inside
+it (`server_s`), and the trainer books the rest of its wait as the network's.
+
+A real trainer calls a real StageServer, over a real frame server on loopback whose replies are
+paced like a slow upload, and in process."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from peer.data import SampleSource
+from peer.frame_headers import ForwardCall, ForwardReply
+from peer.stage_server import StageServer
+from peer.trainer import Trainer
+from peer.transport import FramePool, FrameServer, UploadPacer
+from swarmhub.wire import PeerEndpoint, WorkGrant
+from tests.peer.test_stage_server_checks import (
+    CHECKED,
+    LIMIT,
+    SAMPLES,
+    SEQ,
+    TRAINER,
+    inputs_for,
+    run_spec,
+    signer_for,
+    stage_server,
+    verifier_of,
+)
+
+UPLOAD_MBPS = 0.5
+GRANT = WorkGrant(step=0, microbatch_id="m1", first_sample=0, samples=SAMPLES)
+
+
+def trainer(peer_id: int, pool: FramePool, server: StageServer, address: str, *, local: bool) -> Trainer:
+    async def no_work() -> None:
+        return None
+
+    async def report(_message: object) -> bool:
+        return True
+
+    t = Trainer(
+        run=server.run,
+        peer_id=peer_id,
+        signer=signer_for(peer_id),
+        verifier=verifier_of(peer_id),
+        samples=SampleSource(bytes(range(256)) * 4, SEQ, 0, token_bytes=1),
+        pool=pool,
+        request_work=no_work,
+        report=report,
+        call_timeout_s=60.0,
+        max_frame_bytes=LIMIT,
+        concurrency=1,
+        serve_local=server.serve_local if local else None,
+    )
+    swarm = [PeerEndpoint(peer_id=server.peer_id, address=address, stage=0, throughput=10.0)]
+    pool.learn(swarm)
+    t.update_swarm(swarm)
+    return t
+
+
+async def forward(t: Trainer) -> ForwardReply:
+    reply, out, _ = await t._call(
+        0, ForwardCall, ForwardReply, GRANT, inputs_for(0, "forward"), [0], expect="y"
+    )
+    assert out["y"].shape == (SAMPLES, SEQ, 64)
+    return reply
+
+
+def test_the_trainer_books_its_wait_less_the_servers_time_as_network() -> None:
+    server = stage_server(CHECKED, 0, run_spec())
+
+    async def scenario() -> None:
+        listener = socket.create_server(("127.0.0.1", 0))
+        # The serving peer uploads its replies at UPLOAD_MBPS: on the wire, after each reply was ready.
+        frames = FrameServer(
+            server.handle, max_bytes=LIMIT, pacer=UploadPacer(UPLOAD_MBPS), answer_text=lambda _text: None
+        )
+        await frames.start(listener)
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        pool = FramePool(max_bytes=LIMIT, pacer=UploadPacer(None))
+        try:
+            remote = trainer(TRAINER, pool, server, address, local=False)
+            reply = await forward(remote)
+            (served,) = remote._served[GRANT.microbatch_id]
+            assert 0 < reply.compute_s <= reply.server_s
+            assert served.compute_seconds == reply.compute_s
+            # The reply's bytes took at least this long to upload, none of it inside the server.
+            paced_s = SAMPLES * SEQ * 64 * 4 * 8 / (UPLOAD_MBPS * 1e6)
+            assert served.network_seconds >= 0.9 * paced_s
+            assert served.network_seconds + reply.server_s <= served.seconds + 1e-6
+
+            # The trainer's own peer: served in process, nothing on a network.
+            local = trainer(CHECKED, pool, server, address, local=True)
+            reply = await forward(local)
+            (served,) = local._served[GRANT.microbatch_id]
+            assert 0 < reply.compute_s <= reply.server_s <= served.seconds
+            assert served.network_seconds < 0.01
+        finally:
+            await pool.close()
+            await frames.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        server.close()

@@ -1,0 +1,222 @@
+"""`choose_moves` written the straightforward way, to check the policy's searches against.
+
+Every peer's rate on every stage is tabulated, every placement is summed over all peers, and each
+planned move rates every candidate: the module docstring of `server.policies.rebalance`, read
+literally. Sums run in the same order as the policy's, so the two agree exactly, not within a
+tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from server.policies.rebalance import (
+    COPY_SOURCES,
+    DEFAULT_LINK_RATE,
+    PLAN_MOVES,
+    Move,
+    PeerLoad,
+    Rebalance,
+)
+
+
+class _Table:
+    def __init__(
+        self,
+        peers: Sequence[PeerLoad],
+        num_stages: int,
+        costs: Sequence[float],
+        bytes_per_sample: Sequence[float] | None,
+    ) -> None:
+        self.peers = {p.peer_id: p for p in peers}
+        self.num_stages = num_stages
+        self.mean: dict[int, list[float]] = {}
+        self.low: dict[int, list[float]] = {}
+        self.high: dict[int, list[float]] = {}
+        for p in peers:
+            caps = [math.inf] * num_stages
+            if p.link_rate is not None and bytes_per_sample is not None:
+                caps = [p.link_rate / b if b > 0 else math.inf for b in bytes_per_sample]
+            scales = [costs[p.stage] / c for c in costs]
+            low = p.throughput if p.lower is None else min(p.lower, p.throughput)
+            high = p.throughput if p.upper is None else max(p.upper, p.throughput)
+            for rates, rate in ((self.mean, p.throughput), (self.low, low), (self.high, high)):
+                rates[p.peer_id] = [min(rate * scale, cap) for scale, cap in zip(scales, caps, strict=True)]
+
+    def means(self, placement: Mapping[int, int]) -> list[float]:
+        stages = [0.0] * self.num_stages
+        for peer_id, stage in placement.items():
+            stages[stage] += self.mean[peer_id][stage]
+        return stages
+
+    def bound(self, placement: Mapping[int, int], *, high: bool) -> float:
+        means = [0.0] * self.num_stages
+        margins = [0.0] * self.num_stages
+        bounds = self.high if high else self.low
+        for peer_id, stage in placement.items():
+            mean = self.mean[peer_id][stage]
+            means[stage] += mean
+            margins[stage] += (bounds[peer_id][stage] - mean) ** 2
+        sign = 1.0 if high else -1.0
+        return min(max(0.0, m + sign * math.sqrt(e)) for m, e in zip(means, margins, strict=True))
+
+
+def choose_moves(
+    peers: Sequence[PeerLoad],
+    num_stages: int,
+    *,
+    horizon_s: float,
+    stage_costs: Sequence[float] | None = None,
+    state_bytes: Sequence[float] | None = None,
+    bytes_per_sample: Sequence[float] | None = None,
+) -> Rebalance | None:
+    if num_stages < 2:
+        return None
+    table = _Table(peers, num_stages, stage_costs or [1.0] * num_stages, bytes_per_sample)
+    placement = {p.peer_id: p.stage for p in peers}
+
+    def copy_s(peer_id: int, stage: int) -> float:
+        if state_bytes is None:
+            return 0.0
+        link = table.peers[peer_id].link_rate
+        return state_bytes[stage] / (link if link else DEFAULT_LINK_RATE)
+
+    counts = _counts(placement, num_stages)
+    if 0 in counts:
+        return _fill_empty(table, placement, counts, copy_s, horizon_s)
+    plan = _plan(table, placement, counts)
+    now_high = table.bound(placement, high=True)
+    best: tuple[float, int] | None = None
+    incoming = [0] * num_stages
+    for k, (_, stage) in enumerate(plan, start=1):
+        if incoming[stage] >= max(1, counts[stage] // COPY_SOURCES):
+            break
+        incoming[stage] += 1
+        copy = max(copy_s(p, s) for p, s in plan[:k])
+        if copy >= horizon_s:
+            continue
+        gain = (table.bound(placement | dict(plan[:k]), high=False) - now_high) * (horizon_s - copy)
+        if gain > 0 and (best is None or gain > best[0]):
+            best = (gain, k)
+    if best is None:
+        return None
+    gain, k = best
+    chosen = plan[:k]
+    planned = placement | dict(plan)
+    return Rebalance(
+        moves=tuple(
+            Move(
+                peer_id=p,
+                from_stage=placement[p],
+                to_stage=s,
+                peer_rate=table.mean[p][s],
+                copy_s=copy_s(p, s),
+            )
+            for p, s in chosen
+        ),
+        rate_before=min(table.means(placement)),
+        rate_after=min(table.means(placement | dict(chosen))),
+        planned=_counts(planned, num_stages),
+        planned_rate=min(table.means(planned)),
+        copy_s=max(copy_s(p, s) for p, s in chosen),
+        gain=gain,
+        horizon_s=horizon_s,
+    )
+
+
+def _counts(placement: Mapping[int, int], num_stages: int) -> tuple[int, ...]:
+    counts = [0] * num_stages
+    for stage in placement.values():
+        counts[stage] += 1
+    return tuple(counts)
+
+
+def _plan(table: _Table, placement: dict[int, int], counts: Sequence[int]) -> list[tuple[int, int]]:
+    """Each move: rate every candidate against the weakest stage, keep the largest
+    (pair, left, -index) whose pair beats the old floor."""
+    rates = table.means(placement)
+    counts = list(counts)
+    received: set[int] = set()
+    plan: list[tuple[int, int]] = []
+    candidates = [
+        p.peer_id
+        for p in sorted(table.peers.values(), key=lambda p: (p.queue_length, p.peer_id))
+        if p.settled
+    ]
+    while len(plan) < PLAN_MOVES:
+        weakest = min(range(table.num_stages), key=lambda s: (rates[s], s))
+        floor = rates[weakest]
+        scored = []
+        for index, peer_id in enumerate(candidates):
+            source = placement[peer_id]
+            if source == weakest or source in received or counts[source] < 2:
+                continue
+            left = rates[source] - table.mean[peer_id][source]
+            pair = min(left, floor + table.mean[peer_id][weakest])
+            if pair > floor:
+                scored.append(((pair, left, -index), peer_id))
+        if not scored:
+            break
+        _, peer_id = max(scored)
+        candidates.remove(peer_id)
+        source = placement[peer_id]
+        rates[source] -= table.mean[peer_id][source]
+        rates[weakest] += table.mean[peer_id][weakest]
+        counts[source] -= 1
+        counts[weakest] += 1
+        received.add(weakest)
+        plan.append((peer_id, weakest))
+    return plan
+
+
+def _fill_empty(
+    table: _Table,
+    placement: dict[int, int],
+    counts: Sequence[int],
+    copy_s: Callable[[int, int], float],
+    horizon_s: float,
+) -> Rebalance | None:
+    before = min(table.means(placement))
+    counts = list(counts)
+    original = dict(placement)
+    moves: list[Move] = []
+    for empty in range(table.num_stages):
+        if counts[empty]:
+            continue
+        keyed = []
+        for peer in table.peers.values():
+            source = placement[peer.peer_id]
+            if counts[source] < 2 or peer.peer_id in {m.peer_id for m in moves}:
+                continue
+            rates = table.means(placement | {peer.peer_id: empty})
+            occupied = [r for s, r in enumerate(rates) if counts[s] or s == empty]
+            keyed.append(((-min(rates), -min(occupied), peer.queue_length, peer.peer_id), peer.peer_id))
+        if not keyed:
+            continue
+        _, peer_id = min(keyed)
+        counts[original[peer_id]] -= 1
+        counts[empty] += 1
+        placement = placement | {peer_id: empty}
+        moves.append(
+            Move(
+                peer_id=peer_id,
+                from_stage=original[peer_id],
+                to_stage=empty,
+                peer_rate=table.mean[peer_id][empty],
+                copy_s=copy_s(peer_id, empty),
+                fills_empty=True,
+            )
+        )
+    if not moves:
+        return None
+    return Rebalance(
+        moves=tuple(moves),
+        rate_before=before,
+        rate_after=min(table.means(placement)),
+        planned=_counts(placement, table.num_stages),
+        planned_rate=min(table.means(placement)),
+        copy_s=max(m.copy_s for m in moves),
+        gain=0.0,
+        horizon_s=horizon_s,
+    )
