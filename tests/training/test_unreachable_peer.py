@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from launch.local_swarm import LocalSwarm
+from tests.training.swarm_helpers import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def test_peer_failing_calls_is_marked_lost_and_routed_around(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -17,13 +20,23 @@ def test_peer_failing_calls_is_marked_lost_and_routed_around(monkeypatch: pytest
         for stage in (0, 0, 1, 1):
             swarm.start_peer("--stage", str(stage))
         choked = swarm.start_peer("--stage", "0", "--upload-mbps", "0.005", "--no-trainer")
-        swarm.wait_for_steps(run["id"], 15, timeout_s=180)
+        swarm.wait_for_steps(run["id"], 5, timeout_s=180)
+        choked_id = next(p["id"] for p in swarm.peer_rows(run["id"]) if p["name"] == "local-4")
+
+        def lost_events() -> list[dict[str, Any]]:
+            events = swarm.events(run["id"])
+            return [e for e in events if e["kind"] == "peer_lost" and e["peer_id"] == choked_id]
+
+        # Waited for, not counted in steps: a report answered by a probe that reaches the slow uploader
+        # clears the blame (its round goes on without it instead), so on a loaded machine the verdict
+        # can take more than one round of reports.
+        lost = wait_until("the choked peer to be marked lost", lost_events, timeout_s=150, interval_s=1.0)
+        steps_at_loss = len(swarm.steps(run["id"]))
+        swarm.wait_for_steps(run["id"], steps_at_loss + 3, timeout_s=90)
         events = swarm.events(run["id"])
-        peers = swarm.client.get(f"/api/runs/{run['id']}/peers").json()
+        peers = swarm.peer_rows(run["id"])
         assert choked.alive(), "it was never sent away: it only lost its place"
-    choked_id = next(p["id"] for p in peers if p["name"] == "local-4")
-    lost = [e for e in events if e["kind"] == "peer_lost" and e["peer_id"] == choked_id]
-    assert lost and "could not reach it" in lost[0]["message"]
+    assert "could not reach it" in lost[0]["message"]
     # The others kept serving: none of them was reported.
     healthy = {p["id"] for p in peers if p["name"] != "local-4"}
     assert not [e for e in events if e["kind"] == "peer_lost" and e["peer_id"] in healthy]
