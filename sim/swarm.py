@@ -38,7 +38,7 @@ from peer.concurrency import chain_seconds, microbatches_in_flight
 from peer.routing import StageRouter
 from peer.trainer import MAX_ATTEMPTS_PER_CALL, NO_PEER_PATIENCE_S, NO_PEER_WAIT_S
 from peer.transport import transfer_timeout_s
-from server.policies.averaging import AveragingRound, push_allowance_s, round_limit_s
+from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.rate_estimate import RateEstimate
 from server.policies.rebalance import CODEC_BYTES_PER_ELEMENT, PeerLoad, choose_moves
@@ -139,6 +139,8 @@ class _Peer:
     counted: float = 0.0
     """Its share of `SwarmSim.stage_claims` while ready (`SwarmSim._serves`)."""
     linked: bool = False
+    rounds_held_up: int = 0
+    """`Member.rounds_held_up`: averaging rounds that went on without it."""
     trainer: bool = True
     """Also drives microbatches (`--trainer`, on by default)."""
     slots: int = 0
@@ -678,7 +680,8 @@ class SwarmSim:
         wire = model.gradient_bytes[stage] / 4 * CODEC_BYTES_PER_ELEMENT[self.sc.compression]
         # The coordinator sizes the allowance by an even stage's float32 sum (`_stage_gradient_bytes`).
         stage_bytes = sum(model.gradient_bytes) / self.S
-        links = [r for p in group if (r := self._link_reading(p)) is not None]
+        rates = [pushing_rate(self._link_reading(p), peers[p].rounds_held_up) for p in group]
+        links = [r for r in rates if r is not None]
         allowance = push_allowance_s(stage_bytes, len(group), min(links, default=None))
         timeout = max(transfer_timeout_s(int(wire * len(group))), allowance)
         members = [
@@ -729,6 +732,8 @@ class SwarmSim:
             return
         drop = round_.going_on_without(frozenset())
         if drop and drop != round_.group:
+            for p in drop:
+                self.peers[p].rounds_held_up += 1
             self._restart_round(stage, round_.without(*drop))
             for p in sorted(drop):
                 self._assign(p, self.peers[p].stage)

@@ -149,6 +149,20 @@ def push_allowance_s(stage_bytes: float, members: int, slowest_link: float | Non
     return max(own, PUSH_BASE_S + 2 * (members - 1) * stage_bytes / rate)
 
 
+def pushing_rate(link: float | None, rounds_held_up: int) -> float | None:
+    """The rate a member's pushes are given time for: its measured link, halved for each round it
+    held up since it joined (`AveragingRound.holding_up`). The reading is of calls' bytes both ways
+    over their time on the wire (`peer.links`), which on an asymmetric link can be well above what
+    the upload alone carries, and the pushes go only through the upload; a member found too slow
+    once is given time for half that rate the next time. Time given costs nothing unless the member
+    fails (a round ends when its last sum is in), and `push_allowance_s` still caps it at
+    `SLOWEST_LINK_WAITED_FOR`. None: nothing measured and never held a round up."""
+    if rounds_held_up <= 0:
+        return link
+    # Past ~30 halvings any measured rate is under the floor: the exponent stays a float's.
+    return (link if link is not None else ASSUMED_LINK_BYTES_PER_S) / 2.0 ** min(rounds_held_up, 64)
+
+
 def round_limit_s(averaging_deadline_s: float, push_allowance: float) -> float:
     """How long a round may take before it goes on without the members holding it up: twice what its
     members give their exchange (they give up and report first), and no less than the deadline."""

@@ -37,6 +37,9 @@ class Member:
     inbound_link: float | None = None
     """The best rate any member measured to it (bytes/s; `rebalance.inbound_link_rates`), as of the
     last refresh of the grant cap; None until someone measured it."""
+    rounds_held_up: int = 0
+    """Averaging rounds that went on without it for holding them up (`policies.averaging.pushing_rate`:
+    each halves the link rate its pushes are given time for)."""
     last_seen: float = 0.0
     probed_silence: float | None = None
     """Its `last_seen` when the coordinator last probed it for its silence (`policies.silence`): one

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from server.policies.averaging import AveragingRound, push_allowance_s, round_limit_s
+from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.ledger import FinishedMicrobatch, PeerCredit, Pending, Tally, claim_since, credit_step
 from server.policies.rebalance import inbound_link_rates, stage_bytes_per_sample
@@ -155,7 +155,7 @@ class StepCycle:
     def _send_barrier(self, stage: int) -> None:
         round_ = self.rounds[stage]
         members = [self.members[p] for p in sorted(round_.group) if p in self.members]
-        links = [m.inbound_link for m in members if m.inbound_link is not None]
+        links = [r for m in members if (r := pushing_rate(m.inbound_link, m.rounds_held_up)) is not None]
         allowance = push_allowance_s(self._stage_gradient_bytes(), len(members), min(links, default=None))
         self.push_allowance[stage] = allowance
         barrier = StepBarrier(
@@ -347,6 +347,7 @@ class StepCycle:
             drop = round_.going_on_without(blamed)
             if drop and drop != round_.group:
                 for peer_id in drop:
+                    self.members[peer_id].rounds_held_up += 1
                     self.members[peer_id].ready = False
                     self.members[peer_id].waiting_reason = "missed the step's averaging; copying again"
                 self._event(

@@ -12,6 +12,7 @@ from server.policies.averaging import (
     SLOWEST_LINK_WAITED_FOR,
     AveragingRound,
     push_allowance_s,
+    pushing_rate,
     round_limit_s,
 )
 
@@ -248,6 +249,31 @@ def test_push_allowance_follows_the_slowest_measured_link(
     members: int, slowest_link: float | None, allowance: float
 ) -> None:
     assert push_allowance_s(8 * MB, members, slowest_link) == pytest.approx(allowance)
+
+
+@pytest.mark.parametrize(
+    ("link", "held_up", "rate"),
+    [
+        pytest.param(None, 0, None, id="nothing measured, never held up: the default allowance"),
+        pytest.param(2 * MB, 0, 2 * MB, id="never held up: the reading"),
+        pytest.param(2 * MB, 1, 1 * MB, id="held one round up: half the reading"),
+        pytest.param(2 * MB, 3, 0.25 * MB, id="three rounds: an eighth"),
+        pytest.param(None, 1, ASSUMED_LINK_BYTES_PER_S / 2, id="held up, unmeasured: half what peers assume"),
+        pytest.param(2 * MB, 10_000, 2 * MB / 2.0**64, id="halvings stop past any rate above the floor"),
+    ],
+)
+def test_a_member_that_held_rounds_up_is_given_time_for_a_halved_rate(
+    link: float | None, held_up: int, rate: float | None
+) -> None:
+    assert pushing_rate(link, held_up) == rate
+
+
+def test_a_halved_rate_lengthens_the_allowance_down_to_the_floor() -> None:
+    measured = 2 * MB
+    allowances = [push_allowance_s(8 * MB, 3, pushing_rate(measured, n)) for n in range(8)]
+    assert allowances == sorted(allowances)
+    assert allowances[1] - PUSH_BASE_S == pytest.approx(2 * (allowances[0] - PUSH_BASE_S))
+    assert allowances[-1] == push_allowance_s(8 * MB, 3, SLOWEST_LINK_WAITED_FOR)
 
 
 @pytest.mark.parametrize(
