@@ -43,6 +43,7 @@ from typing import Any
 import httpx
 
 from bench.report import RESULTS_DIR, print_table, write_results
+from swarmhub.wire import DATA_PLANE_VERSION
 from tests.server.probe_responder import ProbeResponder
 
 DEFAULT_POSTGRES_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -150,6 +151,7 @@ async def register_peers(
                 "listen_port": int(announce.rsplit(":", 1)[1]),
                 "announce": announce,
                 "device": "cpu",
+                "data_plane_version": DATA_PLANE_VERSION,
                 "device_name": "simulated",
                 "throughput": round(random.uniform(5, 50), 2),
                 "name": f"sim-{index}",

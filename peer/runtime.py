@@ -24,6 +24,7 @@ from swarmhub.settings import PeerSettings
 from swarmhub.status import RunStatus
 from swarmhub.tls import DataPlaneCertificate, coordinator_context, data_plane_tls, generate_certificate
 from swarmhub.wire import (
+    DATA_PLANE_VERSION,
     ApplyStep,
     Arbitrate,
     CheckpointRequest,
@@ -274,6 +275,7 @@ class PeerRuntime:
             throughput=0.0,
             requested_stage=None if self.settings.stage == "auto" else int(self.settings.stage),
             name=self.name,
+            data_plane_version=DATA_PLANE_VERSION,
         )
 
     async def _unless_stopped(

@@ -27,6 +27,11 @@ FRAME_KEY = r"^([0-9a-f]{64})?$"
 
 # Every number a peer reports is finite and bounded here, at the wire: one absurd figure (Infinity, NaN,
 # 1e23) must not break the dashboard's JSON, the database's integer columns or a step's arithmetic.
+DATA_PLANE_VERSION = 2
+"""The data-plane protocol this code speaks. Data-plane headers refuse fields they do not know
+(`peer.frame_headers`), so peers of different versions cannot call each other: the coordinator
+registers only peers of its own version. Bump it with any change to a data-plane header or frame.
+Version 1: peers from before the number was sent (their replies carry no `server_s`)."""
 FAULTY_CLOSE_CODE = 4001
 """Control-channel close code for a peer removed for computing or reporting wrong results: final,
 its credential opens no channel again."""
@@ -527,6 +532,8 @@ class PeerRegistration(Message):
     """Samples per second from the peer's own start-up benchmark."""
     requested_stage: int | None = Field(default=None, ge=0)
     name: str = Field(default="", max_length=100)
+    data_plane_version: int = Field(default=1, ge=1, le=MAX_INT)
+    """`DATA_PLANE_VERSION` of the peer's code; absent from peers that predate it (version 1)."""
 
 
 class PeerRegistered(Message):

@@ -16,7 +16,7 @@ from server.services.events import record_event
 from server.services.runs import JOINABLE_STATUSES
 from server.services.tokens import find_usable_token
 from swarmhub.status import PeerState
-from swarmhub.wire import PeerRegistration
+from swarmhub.wire import DATA_PLANE_VERSION, PeerRegistration
 
 GONE_STATES = frozenset({PeerState.LEFT, PeerState.KICKED, PeerState.BANNED})
 REMOVED_STATES = frozenset({PeerState.KICKED, PeerState.BANNED})
@@ -81,6 +81,13 @@ def register_peer(session: Session, registration: PeerRegistration, seen_from: s
     token = find_usable_token(session, registration.join_token)
     if token is None:
         raise Unauthorized("invalid or revoked join token")
+    if registration.data_plane_version != DATA_PLANE_VERSION:
+        # Checked before the run's state: a participant learns at once that no retry will help.
+        raise Conflict(
+            f"this peer speaks data-plane version {registration.data_plane_version} and this swarm"
+            f" {DATA_PLANE_VERSION}: peers of different versions cannot call each other. Install the peer"
+            " package this coordinator serves (the run page's pip install line) and join again"
+        )
     run = session.get_one(Run, token.run_id)
     if run.status not in JOINABLE_STATUSES:
         raise Conflict(f"run {run.id} is {run.status}; it accepts no new peers")

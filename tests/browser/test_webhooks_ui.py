@@ -14,7 +14,7 @@ from peer.model import state_to_bytes
 from server.checkpoints.service import record_requests
 from server.db import make_engine, make_session_factory
 from swarmhub.webhook_signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
-from swarmhub.wire import CheckpointRequest
+from swarmhub.wire import DATA_PLANE_VERSION, CheckpointRequest
 from tests.server.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.browser
@@ -25,7 +25,13 @@ RUN = {"model_preset": "tiny", "num_stages": 1, "target_batch_size": 8, "microba
 def _checkpoint(coordinator, owner_api, run_id: int) -> None:
     """A peer of the run uploads its one stage at step 0, as the coordinator asked it to."""
     token = owner_api.post(f"/api/runs/{run_id}/tokens", json={}).json()["token"]
-    registration = {"join_token": token, "listen_port": 9, "device": "cpu", "throughput": 1.0}
+    registration = {
+        "join_token": token,
+        "listen_port": 9,
+        "device": "cpu",
+        "throughput": 1.0,
+        "data_plane_version": DATA_PLANE_VERSION,
+    }
     peer = owner_api.post("/api/peers/register", json=registration).json()
     engine = make_engine(coordinator.database_url)
     try:

@@ -29,7 +29,7 @@ from peer.frames import decode_frame, encode_frame
 from peer.model import build_stage
 from swarmhub.presets import get_preset
 from swarmhub.tickets import TICKET_LIFETIME_S
-from swarmhub.wire import DataPlaneTicket
+from swarmhub.wire import DATA_PLANE_VERSION, DataPlaneTicket
 from tests.training.swarm_helpers import DEMO_RUN, WAIT_S, assert_books_balance, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -49,6 +49,7 @@ class Attacker:
             "listen_port": 9,
             "announce": "127.0.0.1:9",  # nothing listens there: it never serves a stage
             "device": "cpu",
+            "data_plane_version": DATA_PLANE_VERSION,
             "throughput": 1.0,
             "name": name,
             "tls_fingerprint": fingerprint,
@@ -221,7 +222,13 @@ def test_a_revoked_tokens_peer_cannot_reconnect_or_call(swarm_run) -> None:
     # ... the token registers no one ...
     again = httpx.post(
         f"{swarm.url}/api/peers/register",
-        json={"join_token": token["token"], "listen_port": 9, "device": "cpu", "throughput": 1.0},
+        json={
+            "join_token": token["token"],
+            "listen_port": 9,
+            "device": "cpu",
+            "throughput": 1.0,
+            "data_plane_version": DATA_PLANE_VERSION,
+        },
         timeout=30,
     )
     assert again.status_code == 401

@@ -17,6 +17,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from launch.local_swarm import LocalSwarm
 from swarmhub.wire import (
+    DATA_PLANE_VERSION,
     AveragingDone,
     MicrobatchDone,
     NoWork,
@@ -37,6 +38,7 @@ def _attacker(swarm: LocalSwarm, name: str) -> tuple[ClientConnection, int]:
         "listen_port": 9,
         "announce": "127.0.0.1:9",  # nothing listens there: it can only ever be a trainer
         "device": "cpu",
+        "data_plane_version": DATA_PLANE_VERSION,
         "throughput": 1.0,
         "name": name,
     }

@@ -21,7 +21,7 @@ from server.checkpoints.service import record_requests
 from server.models import Run
 from server.services.accounts import create_user
 from swarmhub.settings import ServerSettings
-from swarmhub.wire import CheckpointRequest
+from swarmhub.wire import DATA_PLANE_VERSION, CheckpointRequest
 
 BASE = "http://coordinator"
 
@@ -52,6 +52,7 @@ async def _scenario(tmp_path) -> None:
             "listen_port": 7001,
             "announce": "127.0.0.1:7001",
             "device": "cpu",
+            "data_plane_version": DATA_PLANE_VERSION,
             "throughput": 1.0,
         }
         registered = (await client.post("/api/peers/register", json=registration)).json()

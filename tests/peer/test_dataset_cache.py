@@ -14,6 +14,7 @@ from server.app import create_app
 from server.services.accounts import create_user
 from swarmhub.datasets import SHARD_BYTES
 from swarmhub.settings import ServerSettings
+from swarmhub.wire import DATA_PLANE_VERSION
 
 BASE = "http://coordinator"
 DATA = b"".join(f"line {i}: the quick brown fox\n".encode() for i in range(200_000))  # ~6 MB, 2 shards
@@ -50,7 +51,13 @@ async def _scenario(tmp_path: Path) -> None:
         dataset_id = uploaded.json()["id"]
         run = await client.post("/api/runs", json={"name": "fox", "dataset": dataset_id}, headers=owner)
         token = (await client.post(f"/api/runs/{run.json()['id']}/tokens", headers=owner)).json()["token"]
-        registration = {"join_token": token, "listen_port": 7001, "device": "cpu", "throughput": 1.0}
+        registration = {
+            "join_token": token,
+            "listen_port": 7001,
+            "device": "cpu",
+            "throughput": 1.0,
+            "data_plane_version": DATA_PLANE_VERSION,
+        }
         registration["announce"] = "127.0.0.1:7001"
         response = await client.post("/api/peers/register", json=registration)
         assert response.status_code == 201, response.text

@@ -21,6 +21,7 @@ from starlette.websockets import WebSocketDisconnect
 from server.app import create_app
 from swarmhub.settings import ServerSettings
 from swarmhub.wire import (
+    DATA_PLANE_VERSION,
     CoordinatorToPeer,
     CoordinatorToPeerMessage,
     Hello,
@@ -219,6 +220,7 @@ class Api:
             "listen_port": port,
             "announce": self.responder.address,
             "device": "cpu",
+            "data_plane_version": DATA_PLANE_VERSION,
             "throughput": 12.5,
         }
         return body | overrides

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from server.app import create_app
 from swarmhub.settings import ServerSettings
+from swarmhub.wire import DATA_PLANE_VERSION
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +52,7 @@ def fuzz_target(tmp_path_factory) -> Iterator[tuple[Any, dict[str, str]]]:
             "listen_port": 7001,
             "announce": "127.0.0.1:7001",
             "device": "cpu",
+            "data_plane_version": DATA_PLANE_VERSION,
             "throughput": 1.0,
         }
         assert client.post("/api/peers/register", json=registration).status_code == 201

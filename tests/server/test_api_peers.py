@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from swarmhub.wire import Kicked, PeerRegistered
+from swarmhub.wire import DATA_PLANE_VERSION, Kicked, PeerRegistered
 
 
 def test_token_is_shown_once_with_a_join_command(api, client, owner_headers, run_id):
@@ -84,6 +84,21 @@ def test_archived_runs_take_no_peers_and_no_tokens(api, client, owner_headers, r
     refused = client.post("/api/peers/register", json=api.registration(token))
     assert refused.status_code == 409 and "archived" in refused.json()["detail"]
     assert client.post(f"/api/runs/{run_id}/tokens", headers=owner_headers).status_code == 409
+
+
+def test_a_peer_of_another_data_plane_version_is_refused_and_its_token_still_works(
+    api, client, owner_headers, run_id
+):
+    token = api.issue_token(owner_headers, run_id)["token"]
+    older = api.registration(token)
+    del older["data_plane_version"]  # a peer from before the version was sent
+    for body in (older, api.registration(token, data_plane_version=DATA_PLANE_VERSION + 1)):
+        refused = client.post("/api/peers/register", json=body)
+        assert refused.status_code == 409
+        detail = refused.json()["detail"]
+        assert f"this swarm {DATA_PLANE_VERSION}" in detail and "pip install" in detail
+    assert client.get(f"/api/runs/{run_id}/peers", headers=owner_headers).json() == []
+    assert client.post("/api/peers/register", json=api.registration(token)).status_code == 201
 
 
 def test_bad_registrations_are_422(api, client, owner_headers, run_id):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swarmhub.wire import Heartbeat
+from swarmhub.wire import DATA_PLANE_VERSION, Heartbeat
 
 
 def test_healthz(client):
@@ -84,6 +84,7 @@ def test_the_live_swarm_starts_and_stops_with_the_app(settings):
             "listen_port": 7001,
             "announce": "127.0.0.1:7001",
             "device": "cpu",
+            "data_plane_version": DATA_PLANE_VERSION,
             "throughput": 1.0,
         }
         peer_id = client.post("/api/peers/register", json=registration).json()["peer_id"]

@@ -1666,6 +1666,11 @@ export interface components {
              * @default
              */
             name: string;
+            /**
+             * Data Plane Version
+             * @default 1
+             */
+            data_plane_version: number;
         };
         /**
          * PeerState
