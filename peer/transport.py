@@ -20,6 +20,7 @@ from contextlib import suppress
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.protocol import State
 from websockets.typing import Data
 
 from swarmhub.tls import PinMismatch, check_pin, pinned_client_context
@@ -55,22 +56,26 @@ class UnlistedAddress(TransportError):
 
 
 class UploadPacer:
-    """Sleeps so that bytes sent through it average at most `mbps` megabits per second."""
+    """One emulated uplink of `mbps` megabits per second: sends take their turns first come, first
+    served, each holding the link for its bytes' time. A send whose receiver has gone by its turn
+    is dropped (`wanted`): a real link never carries the bytes of a connection its other end
+    aborted, so a caller that gave up must not keep the upload busy for the sends behind it (a slow
+    server's gradient pushes queued behind replies nobody would read, and missed their round)."""
 
     def __init__(self, mbps: float | None) -> None:
         self._bytes_per_s = mbps * 1e6 / 8 if mbps else None
-        self._free_at = 0.0
         self._lock = asyncio.Lock()
 
-    async def pace(self, nbytes: int) -> None:
+    async def pace(self, nbytes: int, wanted: Callable[[], bool] | None = None) -> bool:
+        """Waits for the link and holds it for `nbytes`; False, at once when its turn comes, if the
+        send is no longer `wanted` (nothing is to be sent then)."""
         if self._bytes_per_s is None:
-            return
+            return True
         async with self._lock:
-            now = time.monotonic()
-            start = max(now, self._free_at)
-            self._free_at = start + nbytes / self._bytes_per_s
-            delay = self._free_at - now
-        await asyncio.sleep(delay)
+            if wanted is not None and not wanted():
+                return False
+            await asyncio.sleep(nbytes / self._bytes_per_s)
+        return True
 
 
 class FrameServer:
@@ -116,19 +121,24 @@ class FrameServer:
                     await connection.send(answer)
                     continue
                 reply = await self._handler(message)
-                if len(reply) <= FRAGMENT_MIN_BYTES:
-                    await self._pacer.pace(len(reply))
-                    await connection.send(reply)
-                else:
-                    await connection.send(self._paced_fragments(reply))
 
-    async def _paced_fragments(self, reply: bytes) -> AsyncIterator[memoryview]:
+                def caller_waits(connection: ServerConnection = connection) -> bool:
+                    return connection.state is State.OPEN
+
+                if len(reply) <= FRAGMENT_MIN_BYTES:
+                    if await self._pacer.pace(len(reply), caller_waits):
+                        await connection.send(reply)
+                else:
+                    await connection.send(self._paced_fragments(reply, caller_waits))
+
+    async def _paced_fragments(self, reply: bytes, wanted: Callable[[], bool]) -> AsyncIterator[memoryview]:
         # Paced one by one: an emulated slow link shows the bytes trickling in, not all at the end.
         size = max(FRAGMENT_MIN_BYTES, -(-len(reply) // MAX_FRAGMENTS))
         view = memoryview(reply)
         for start in range(0, len(view), size):
             fragment = view[start : start + size]
-            await self._pacer.pace(len(fragment))
+            if not await self._pacer.pace(len(fragment), wanted):
+                return
             yield fragment
 
     async def stop(self) -> None:

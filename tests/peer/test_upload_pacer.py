@@ -1,0 +1,85 @@
+"""The emulated uplink: sends take turns, and a reply whose caller gave up is dropped at its turn."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from peer.transport import FramePool, FrameServer, TransportError, UploadPacer
+from swarmhub.wire import PeerEndpoint
+
+
+class RecordingPacer(UploadPacer):
+    """The real pacer, noting each send's size and whether it went out."""
+
+    def __init__(self, mbps: float) -> None:
+        super().__init__(mbps)
+        self.outcomes: list[tuple[int, bool]] = []
+
+    async def pace(self, nbytes: int, wanted=None) -> bool:
+        sent = await super().pace(nbytes, wanted)
+        self.outcomes.append((nbytes, sent))
+        return sent
+
+
+def test_sends_take_turns_and_one_nobody_waits_for_is_dropped_at_its_turn() -> None:
+    async def scenario() -> list[tuple[str, bool]]:
+        pacer = UploadPacer(8.0)  # 1 MB/s: 50 kB hold the link for 50 ms
+        waiting = {"a": True, "b": True, "c": True}
+        done: list[tuple[str, bool]] = []
+
+        async def send(name: str) -> None:
+            done.append((name, await pacer.pace(50_000, lambda: waiting[name])))
+
+        first = asyncio.create_task(send("a"))
+        await asyncio.sleep(0)  # a holds the link
+        rest = [asyncio.create_task(send(name)) for name in ("b", "c")]
+        await asyncio.sleep(0)
+        waiting["b"] = False  # b's receiver goes while a is on the link
+        await asyncio.gather(first, *rest)
+        return done
+
+    assert asyncio.run(scenario()) == [("a", True), ("b", False), ("c", True)]
+
+
+def test_an_unpaced_link_sends_everything() -> None:
+    assert asyncio.run(UploadPacer(None).pace(10**9, lambda: False)) is True
+
+
+def test_a_server_drops_the_reply_of_a_caller_that_gave_up_and_serves_the_next() -> None:
+    """The slow server's uplink is busy with one reply (200 kB at 0.8 Mbit/s: 2 s); a second caller
+    gives up after 0.3 s, so when its reply's turn comes nobody reads it and it is not sent."""
+
+    async def scenario() -> tuple[list[tuple[int, bool]], bytes]:
+        listener = socket.create_server(("127.0.0.1", 0))
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        first_in = asyncio.Event()
+
+        async def echo(frame: bytes) -> bytes:
+            first_in.set()
+            return frame
+
+        pacer = RecordingPacer(0.8)
+        server = FrameServer(echo, max_bytes=1 << 22, pacer=pacer, answer_text=lambda _: None)
+        await server.start(listener)
+        pool = FramePool(max_bytes=1 << 22, pacer=UploadPacer(None))
+        pool.learn([PeerEndpoint(peer_id=7, address=address, stage=0)])
+        try:
+            patient = asyncio.create_task(pool.request(address, b"p" * 200_000, 60.0))
+            await first_in.wait()
+            with pytest.raises(TransportError):
+                await pool.request(address, b"i" * 100_000, 0.3)
+            reply = await patient
+            # The dropped reply's turn comes once the patient one is through; wait for it.
+            while len(pacer.outcomes) < 2:
+                await asyncio.sleep(0.05)
+            return pacer.outcomes, reply
+        finally:
+            await pool.close()
+            await server.stop()
+
+    outcomes, reply = asyncio.run(scenario())
+    assert reply == b"p" * 200_000
+    assert outcomes == [(200_000, True), (100_000, False)]
