@@ -727,13 +727,15 @@ class SwarmSim:
             self.tally.received["PeerUnreachable"] += len(targets)
             for target in targets:
                 round_.missed(reporter, target)
+        drop = round_.going_on_without(frozenset()) if not round_.complete() else frozenset()
+        # As `Membership._unreachable` and `StepCycle._expire_rounds` count them: once a round.
+        for p in round_.group:
+            if round_.was_missed(p) or (p in drop and drop != round_.group):
+                self.peers[p].rounds_held_up += 1
         if round_.complete():
             self._maybe_record()
             return
-        drop = round_.going_on_without(frozenset())
         if drop and drop != round_.group:
-            for p in drop:
-                self.peers[p].rounds_held_up += 1
             self._restart_round(stage, round_.without(*drop))
             for p in sorted(drop):
                 self._assign(p, self.peers[p].stage)

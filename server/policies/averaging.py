@@ -44,6 +44,10 @@ class AveragingRound:
         if reporter != target and {reporter, target} <= self.group:
             self.missing[reporter] = self.missing.get(reporter, frozenset()) | {target}
 
+    def was_missed(self, peer_id: int) -> bool:
+        """Some member of this attempt gave up waiting for `peer_id`'s contribution."""
+        return any(peer_id in targets for targets in self.missing.values())
+
     def holding_up(self) -> frozenset[int]:
         """The members to go on without so that no one left misses anyone's contribution: a small
         cover of the missed pairs, greedily the member in most of them first; on a tie the one missed
@@ -151,12 +155,12 @@ def push_allowance_s(stage_bytes: float, members: int, slowest_link: float | Non
 
 def pushing_rate(link: float | None, rounds_held_up: int) -> float | None:
     """The rate a member's pushes are given time for: its measured link, halved for each round it
-    held up since it joined (`AveragingRound.holding_up`). The reading is of calls' bytes both ways
-    over their time on the wire (`peer.links`), which on an asymmetric link can be well above what
-    the upload alone carries, and the pushes go only through the upload; a member found too slow
-    once is given time for half that rate the next time. Time given costs nothing unless the member
-    fails (a round ends when its last sum is in), and `push_allowance_s` still caps it at
-    `SLOWEST_LINK_WAITED_FOR`. None: nothing measured and never held a round up."""
+    held up (others gave up waiting for its contribution, `AveragingRound.missed`). The reading is
+    of calls' bytes both ways over their time on the wire (`peer.links`), which on an asymmetric
+    link can be well above what the upload alone carries, and the pushes go only through the upload;
+    a member found too slow once is given time for half that rate the next time. Time given costs
+    nothing unless the member fails (a round ends when its last sum is in), and `push_allowance_s`
+    still caps it at `SLOWEST_LINK_WAITED_FOR`. None: nothing measured and never held a round up."""
     if rounds_held_up <= 0:
         return link
     # Past ~30 halvings any measured rate is under the floor: the exponent stays a float's.

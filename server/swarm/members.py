@@ -38,8 +38,9 @@ class Member:
     """The best rate any member measured to it (bytes/s; `rebalance.inbound_link_rates`), as of the
     last refresh of the grant cap; None until someone measured it."""
     rounds_held_up: int = 0
-    """Averaging rounds that went on without it for holding them up (`policies.averaging.pushing_rate`:
-    each halves the link rate its pushes are given time for)."""
+    """Averaging rounds in which others gave up waiting for its contribution, over all its channels
+    in this run (`policies.averaging.pushing_rate`: each halves the link rate its pushes are given
+    time for)."""
     last_seen: float = 0.0
     probed_silence: float | None = None
     """Its `last_seen` when the coordinator last probed it for its silence (`policies.silence`): one

@@ -87,6 +87,7 @@ class Membership(StepCycle):
             connected_at=event.now,
             fingerprint=event.fingerprint,
             trusted=event.trusted,
+            rounds_held_up=self.held_up_before.pop(event.peer_id, 0),
         )
         self.members[member.peer_id] = member
         self._send(
@@ -175,6 +176,8 @@ class Membership(StepCycle):
         again without it, unless the round already completed (the others apply the sum they agreed
         on) and the peer is not `distrusted` (removed as faulty: nothing of it is kept)."""
         del self.members[member.peer_id]
+        if member.rounds_held_up:
+            self.held_up_before[member.peer_id] = member.rounds_held_up
         self.blame.forget(member.peer_id)
         self.book.fail_trainer(member.peer_id)
         if self.phase == Phase.AVERAGING:
@@ -272,7 +275,10 @@ class Membership(StepCycle):
         if self.phase == Phase.AVERAGING and round_ is not None:
             # Kept with the round whatever the blame verdict: a probe that reaches a slow uploader
             # clears the blame, not the fact that its gradients came too late.
+            counted = round_.was_missed(target.peer_id)
             round_.missed(reporter.peer_id, target.peer_id)
+            if not counted and round_.was_missed(target.peer_id):
+                target.rounds_held_up += 1
         verdict = self.blame.report(
             target=target.peer_id,
             reporter=reporter.peer_id,

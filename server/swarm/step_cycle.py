@@ -95,6 +95,9 @@ class StepCycle:
         self.rounds: dict[int, AveragingRound] = {}
         self.round_started: dict[int, float] = {}
         self.push_allowance: dict[int, float] = {}
+        self.held_up_before: dict[int, int] = {}
+        """Peer id -> `Member.rounds_held_up` of a departed member: an evicted slow uploader that
+        reconnects is given the time it was found to need, not its reading's again."""
         """Each round's push allowance as its barrier said (`push_allowance_s`)."""
         self.noop_groups: dict[int, frozenset[int]] = {}
         """Stages whose round passed its deadline with nobody to blame: these members take an empty step."""
@@ -347,7 +350,8 @@ class StepCycle:
             drop = round_.going_on_without(blamed)
             if drop and drop != round_.group:
                 for peer_id in drop:
-                    self.members[peer_id].rounds_held_up += 1
+                    if not round_.was_missed(peer_id):  # a missed member was counted at the report
+                        self.members[peer_id].rounds_held_up += 1
                     self.members[peer_id].ready = False
                     self.members[peer_id].waiting_reason = "missed the step's averaging; copying again"
                 self._event(

@@ -762,6 +762,9 @@ def test_a_member_measured_slow_is_given_the_time_its_link_needs_then_dropped_th
     (back,) = barriers_in(swarm.log)[-1:]
     assert sorted(p.peer_id for p in back.group) == [1, 2, 3]
     assert back.push_timeout_s == push_allowance_s(gradient_bytes, 3, slow / 2) > allowance
+    # Evicted as unreachable, it reconnects: a new channel, the time it was found to need kept.
+    swarm.join(3)
+    assert swarm.machine.members[3].rounds_held_up == 1
 
 
 # ---- loading a stage never falls back to a fresh start --------------------------------------------
