@@ -182,9 +182,13 @@ class Averager:
                 pushed = await asyncio.gather(
                     *(push(p.peer_id, p.address) for p in others), return_exceptions=True
                 )
-                failed = {p.peer_id for p, result in zip(others, pushed, strict=True) if result is not None}
+                outcomes = zip(others, pushed, strict=True)
+                failed = {p.peer_id: result for p, result in outcomes if result is not None}
                 if failed:
-                    raise TransportError(f"gradient push to peers {sorted(failed)} failed")
+                    # Each push's own error: "failed" alone left a refused frame, a closed connection and
+                    # a slow link looking alike.
+                    causes = "; ".join(f"{peer_id}: {failed[peer_id]}" for peer_id in sorted(failed))
+                    raise TransportError(f"gradient push to peers {sorted(failed)} failed ({causes})")
                 received = await server.inbox.wait_for(barrier.step, barrier.attempt, members)
         except (TransportError, TimeoutError) as exc:
             # Name the members that did not deliver: the coordinator marks them lost on enough such

@@ -20,12 +20,12 @@ import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from swarmhub.tickets import load_public_key, public_hex, ticket_signed_by
+from swarmhub.tickets import MAX_TRANSFER_GRACE_S, load_public_key, public_hex, ticket_signed_by
 from swarmhub.wire import Ticket
 
 from .frame_headers import ErrorReply, FrameHeader
@@ -36,6 +36,16 @@ REPLAY_WINDOW = 1024
 other by at most this many (they are numbered per receiver, so only that pair's concurrency counts)."""
 MAX_SENDERS = 4096
 MAX_TICKETS = 4096
+SLOW_SENDER_BYTES_PER_S = 0.5e6
+"""A call's ticket may have expired up to its frame's bytes at this rate before it arrived: it was
+current when the frame left, and a large frame on a slow link (a stage's gradient sum at 5 Mbit/s
+takes ~16 s) arrives after its ticket's 20 s (`TICKET_LIFETIME_S`) are up. The rate is the slowest
+link averaging waits for (`server.policies.averaging.SLOWEST_LINK_WAITED_FOR`)."""
+
+
+def transfer_grace_s(nbytes: int) -> float:
+    """How long past its ticket's expiry a call of `nbytes` may arrive."""
+    return min(nbytes / SLOW_SENDER_BYTES_PER_S, MAX_TRANSFER_GRACE_S)
 
 
 class AuthError(ValueError):
@@ -65,6 +75,9 @@ class SentCall:
     receiver: int
     counter: int
     signature: bytes
+    made_at: float = field(default_factory=time.time)
+    """When it was signed (this machine's clock): a reply counts as current if the answering peer's
+    ticket was current then (`SenderVerifier.check_reply`)."""
 
 
 class FrameSigner:
@@ -154,7 +167,8 @@ class SenderVerifier:
             raise AuthError(f"frame from peer {header.sender} carries no ticket")
         if header.receiver != self.peer_id:
             raise AuthError(f"frame is addressed to peer {header.receiver}, this is peer {self.peer_id}")
-        sender_key = self._ticketed_key(header)
+        sent_by = self.now() - transfer_grace_s(len(header_bytes) + len(payload))
+        sender_key = self._ticketed_key(header, sent_by)
         try:
             sender_key.verify(signature, signed_message(header_bytes, payload_digest(payload)))
         except InvalidSignature:
@@ -194,7 +208,9 @@ class SenderVerifier:
                 f"reply of peer {peer} answers call {header.counter} of peer {header.receiver}, "
                 f"not call {call.counter} of peer {self.peer_id}"
             )
-        sender_key = self._ticketed_key(header)
+        # Current when the call was made: the reply may queue behind the answering peer's other
+        # uploads (a slow server's own gradient pushes) for longer than a ticket lives.
+        sender_key = self._ticketed_key(header, call.made_at + self._clock_offset)
         try:
             sender_key.verify(
                 signature, signed_message(header_bytes, payload_digest(payload), call.signature)
@@ -232,9 +248,10 @@ class SenderVerifier:
         except InvalidSignature:
             raise AuthError(f"frame signature does not match peer {header.sender}'s key") from None
 
-    def _ticketed_key(self, header: FrameHeader) -> Ed25519PublicKey:
+    def _ticketed_key(self, header: FrameHeader, current_at: float) -> Ed25519PublicKey:
         """The key `header`'s ticket vouches for, if the ticket is this run's, names the frame's sender,
-        was issued by the coordinator, is current and its peer not revoked."""
+        was issued by the coordinator, was current at `current_at` (the coordinator's clock) and its
+        peer is not revoked."""
         ticket = header.ticket
         assert ticket is not None
         if ticket.run_id != self.run_id:
@@ -244,7 +261,7 @@ class SenderVerifier:
                 f"ticket is for peer {ticket.peer_id}, but the frame says it is from {header.sender}"
             )
         sender_key = self._sender_key(ticket)
-        if ticket.expires_at <= self.now():
+        if ticket.expires_at <= current_at:
             raise AuthError(f"ticket of peer {header.sender} has expired")
         if header.sender in self._revoked:
             raise AuthError(f"peer {header.sender} was removed from the run; its ticket is revoked")

@@ -27,8 +27,13 @@ TICKET_LIFETIME_S = 20
 the revocation."""
 TICKET_RENEW_S = 5.0
 """Tickets are renewed this often, so a control channel blip shorter than the lifetime costs nothing."""
-REVOCATION_MEMORY_S = TICKET_LIFETIME_S + 10
-"""Revocations are repeated to a run's peers this long: after that the revoked ticket has expired."""
+MAX_TRANSFER_GRACE_S = 60.0
+"""The longest a call may arrive after its ticket expired (`peer.frame_auth.transfer_grace_s`: a
+large frame on a slow link), however large: a peer that missed a revocation hears a removed peer at
+most this much longer than its last ticket's lifetime."""
+REVOCATION_MEMORY_S = TICKET_LIFETIME_S + MAX_TRANSFER_GRACE_S + 10
+"""Revocations are repeated to a run's peers this long: after that the revoked ticket has expired,
+and so has the grace a large frame signed under it gets in transit."""
 
 
 def run_ticket_key(data_key: str) -> Ed25519PrivateKey:

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import pytest
 import torch
 
 from peer.averaging import GradientInbox
-from peer.frame_auth import REPLAY_WINDOW, AuthError, FrameSigner, SenderVerifier, SentCall
+from peer.frame_auth import (
+    REPLAY_WINDOW,
+    SLOW_SENDER_BYTES_PER_S,
+    AuthError,
+    FrameSigner,
+    SenderVerifier,
+    SentCall,
+)
 from peer.frame_headers import ErrorReply, ForwardCall, ForwardReply, Reply
 from peer.frames import (
     OpenedFrame,
@@ -22,7 +30,13 @@ from peer.frames import (
     open_reply,
 )
 from peer.stage_server import StageServer
-from swarmhub.tickets import issue_ticket, run_ticket_key, run_ticket_public_key
+from swarmhub.tickets import (
+    MAX_TRANSFER_GRACE_S,
+    TICKET_LIFETIME_S,
+    issue_ticket,
+    run_ticket_key,
+    run_ticket_public_key,
+)
 from swarmhub.wire import RunSpec
 
 torch.set_num_threads(1)
@@ -127,6 +141,26 @@ def test_a_frame_addressed_to_another_peer_is_refused() -> None:
 def test_an_expired_ticket_is_refused() -> None:
     stale = signer_for(now=time.time() - 60)
     assert "ticket of peer 9 has expired" in refused(verifier(), frame(stale))
+
+
+def test_a_large_call_may_arrive_its_transfer_time_after_its_ticket_expired() -> None:
+    """A frame's ticket was current when it left; a large one on a slow link arrives later: up to its
+    bytes at SLOW_SENDER_BYTES_PER_S, at most MAX_TRANSFER_GRACE_S."""
+    v = verifier()
+    expired_5s_ago = signer_for(now=time.time() - TICKET_LIFETIME_S - 5)
+    small = encode_frame(call(), {"x": torch.ones(2, 3)}, signer=expired_5s_ago, receiver=RECEIVER)
+    assert "has expired" in refused(v, small)
+    elements = int(10 * SLOW_SENDER_BYTES_PER_S / 4)  # float32: ten seconds of a slow link
+    large = encode_frame(call(), {"x": torch.ones(elements)}, signer=expired_5s_ago, receiver=RECEIVER)
+    opened = open_frame(large, max_bytes=1 << 26)
+    v.check(opened.header, opened.signature, opened.header_bytes, opened.payload)
+    # However large, never more than the cap past expiry.
+    expired_long_ago = signer_for(now=time.time() - TICKET_LIFETIME_S - MAX_TRANSFER_GRACE_S - 5)
+    elements = int(2 * MAX_TRANSFER_GRACE_S * SLOW_SENDER_BYTES_PER_S / 4)
+    huge = encode_frame(call(), {"x": torch.ones(elements)}, signer=expired_long_ago, receiver=RECEIVER)
+    opened = open_frame(huge, max_bytes=1 << 28)
+    with pytest.raises(AuthError, match="has expired"):
+        v.check(opened.header, opened.signature, opened.header_bytes, opened.payload)
 
 
 def test_expiry_is_judged_on_the_coordinators_clock() -> None:
@@ -287,6 +321,19 @@ def test_a_reply_from_an_expired_or_revoked_responder_is_refused() -> None:
     v = caller_verifier()
     v.observe(time.time(), [RECEIVER])
     assert "peer 4 was removed from the run" in reply_refused(v, answer(signer_for(RECEIVER), opened), sent)
+
+
+def test_a_reply_counts_if_the_responders_ticket_was_current_when_the_call_was_made() -> None:
+    # Its reply queued behind the responder's other uploads for longer than a ticket lives.
+    opened, sent = sent_call(signer_for())
+    sent = replace(sent, made_at=time.time() - 30)
+    current_then = signer_for(RECEIVER, now=time.time() - 40)  # expired 20 s ago, current 30 s ago
+    header, _ = open_reply(
+        answer(current_then, opened), max_bytes=LIMIT, verifier=caller_verifier(), call=sent
+    )
+    assert header.sender == RECEIVER
+    expired_before = signer_for(RECEIVER, now=time.time() - 60)
+    assert "has expired" in reply_refused(caller_verifier(), answer(expired_before, opened), sent)
 
 
 def test_a_call_signature_never_passes_for_a_reply() -> None:
