@@ -38,8 +38,8 @@ MAX_SENDERS = 4096
 MAX_TICKETS = 4096
 SLOW_SENDER_BYTES_PER_S = 0.5e6
 """A call's ticket may have expired up to its frame's bytes at this rate before it arrived: it was
-current when the frame left, and a large frame on a slow link (a stage's gradient sum at 5 Mbit/s
-takes ~16 s) arrives after its ticket's 20 s (`TICKET_LIFETIME_S`) are up. The rate is the slowest
+current when the frame left, and a large frame on a slow link (a stage's state, or gradient sums
+sharing an upload) may arrive after its ticket's `TICKET_LIFETIME_S` are up. The rate is the slowest
 link averaging waits for (`server.policies.averaging.SLOWEST_LINK_WAITED_FOR`)."""
 
 

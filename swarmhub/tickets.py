@@ -22,9 +22,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from swarmhub.wire import Ticket
 
-TICKET_LIFETIME_S = 20
+TICKET_LIFETIME_S = 60
 """How long a ticket is good for: the longest a removed peer can still be heard by a peer that missed
-the revocation."""
+the revocation (it is pushed at once and repeated with every renewal meanwhile). Not shorter: a frame
+carries the ticket current when it was signed, and a slow uploader's gradient pushes to the others
+of its stage share its upload (at 5 Mbit/s a stage's sum takes ~16 s, and the last of K-1 concurrent
+pushes arrives (K-1) times that after it was signed; 20 s refused every round of such a peer)."""
 TICKET_RENEW_S = 5.0
 """Tickets are renewed this often, so a control channel blip shorter than the lifetime costs nothing."""
 MAX_TRANSFER_GRACE_S = 60.0

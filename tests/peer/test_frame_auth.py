@@ -139,7 +139,7 @@ def test_a_frame_addressed_to_another_peer_is_refused() -> None:
 
 
 def test_an_expired_ticket_is_refused() -> None:
-    stale = signer_for(now=time.time() - 60)
+    stale = signer_for(now=time.time() - TICKET_LIFETIME_S - 10)
     assert "ticket of peer 9 has expired" in refused(verifier(), frame(stale))
 
 
@@ -316,7 +316,7 @@ def test_an_unsigned_reply_is_refused() -> None:
 
 def test_a_reply_from_an_expired_or_revoked_responder_is_refused() -> None:
     opened, sent = sent_call(signer_for())
-    stale = answer(signer_for(RECEIVER, now=time.time() - 60), opened)
+    stale = answer(signer_for(RECEIVER, now=time.time() - TICKET_LIFETIME_S - 10), opened)
     assert "ticket of peer 4 has expired" in reply_refused(caller_verifier(), stale, sent)
     v = caller_verifier()
     v.observe(time.time(), [RECEIVER])
@@ -327,12 +327,12 @@ def test_a_reply_counts_if_the_responders_ticket_was_current_when_the_call_was_m
     # Its reply queued behind the responder's other uploads for longer than a ticket lives.
     opened, sent = sent_call(signer_for())
     sent = replace(sent, made_at=time.time() - 30)
-    current_then = signer_for(RECEIVER, now=time.time() - 40)  # expired 20 s ago, current 30 s ago
+    current_then = signer_for(RECEIVER, now=time.time() - TICKET_LIFETIME_S - 20)  # current 30 s ago
     header, _ = open_reply(
         answer(current_then, opened), max_bytes=LIMIT, verifier=caller_verifier(), call=sent
     )
     assert header.sender == RECEIVER
-    expired_before = signer_for(RECEIVER, now=time.time() - 60)
+    expired_before = signer_for(RECEIVER, now=time.time() - TICKET_LIFETIME_S - 40)
     assert "has expired" in reply_refused(caller_verifier(), answer(expired_before, opened), sent)
 
 
