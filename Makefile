@@ -60,7 +60,7 @@ lint: install
 test: install frontend services lint audit
 	SWARMHUB_TEST_POSTGRES_URL=$${SWARMHUB_TEST_POSTGRES_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test} \
 	SWARMHUB_TEST_REQUIRE_ALL=1 \
-	$(BIN)/pytest -m '' -p no:cacheprovider
+	$(BIN)/pytest -m '' -p no:cacheprovider --durations=30
 
 clean:
 	rm -rf $(VENV) frontend/node_modules frontend/dist var test-artifacts

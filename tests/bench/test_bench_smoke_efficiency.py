@@ -22,7 +22,7 @@ def test_efficiency_smoke(tmp_path: Path) -> None:
     assert {"one process (2 threads)", "torch 1F1B (2 ranks x 1 thread, gloo)"} <= rows.keys()
     assert "vs_1f1b" in rows["SwarmHub 2 peers x 1 thread"]
     swarm = [row for row in payload["rows"] if row["system"].startswith("SwarmHub")]
-    assert len(swarm) == 8
+    assert len(swarm) == 6  # compute-bound, and each emulated kind once (no rebalancing-off twins)
     for row in swarm:
         assert row["samples_per_s"] > 0
         assert row["ideal_samples_per_s"] > 0
