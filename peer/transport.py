@@ -111,6 +111,9 @@ class FrameServer:
         )
 
     async def _serve_connection(self, connection: ServerConnection) -> None:
+        def caller_waits() -> bool:
+            return connection.state is State.OPEN
+
         with suppress(ConnectionClosed):
             async for message in connection:
                 if isinstance(message, str):
@@ -121,10 +124,6 @@ class FrameServer:
                     await connection.send(answer)
                     continue
                 reply = await self._handler(message)
-
-                def caller_waits(connection: ServerConnection = connection) -> bool:
-                    return connection.state is State.OPEN
-
                 if len(reply) <= FRAGMENT_MIN_BYTES:
                     if await self._pacer.pace(len(reply), caller_waits):
                         await connection.send(reply)

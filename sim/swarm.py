@@ -140,7 +140,7 @@ class _Peer:
     """Its share of `SwarmSim.stage_claims` while ready (`SwarmSim._serves`)."""
     linked: bool = False
     rounds_held_up: int = 0
-    """`Member.rounds_held_up`: averaging rounds that went on without it."""
+    """`Member.rounds_held_up`: averaging rounds in which others gave up waiting for its contribution."""
     trainer: bool = True
     """Also drives microbatches (`--trainer`, on by default)."""
     slots: int = 0

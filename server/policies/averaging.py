@@ -39,10 +39,14 @@ class AveragingRound:
         self.reports[peer_id] = (frozenset(contributors), frozenset(counted))
         self.norms_sq[peer_id] = norm_sq
 
-    def missed(self, reporter: int, target: int) -> None:
-        """`reporter` gave up waiting for `target`'s contribution (its push did not arrive in time)."""
-        if reporter != target and {reporter, target} <= self.group:
-            self.missing[reporter] = self.missing.get(reporter, frozenset()) | {target}
+    def missed(self, reporter: int, target: int) -> bool:
+        """`reporter` gave up waiting for `target`'s contribution (its push did not arrive in time).
+        True if nobody had missed `target` in this attempt before: it held the round up once more."""
+        if reporter == target or not {reporter, target} <= self.group:
+            return False
+        first = not self.was_missed(target)
+        self.missing[reporter] = self.missing.get(reporter, frozenset()) | {target}
+        return first
 
     def was_missed(self, peer_id: int) -> bool:
         """Some member of this attempt gave up waiting for `peer_id`'s contribution."""

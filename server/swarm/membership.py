@@ -272,13 +272,14 @@ class Membership(StepCycle):
             )
             return
         round_ = self.rounds.get(target.stage) if target.stage is not None else None
-        if self.phase == Phase.AVERAGING and round_ is not None:
-            # Kept with the round whatever the blame verdict: a probe that reaches a slow uploader
-            # clears the blame, not the fact that its gradients came too late.
-            counted = round_.was_missed(target.peer_id)
-            round_.missed(reporter.peer_id, target.peer_id)
-            if not counted and round_.was_missed(target.peer_id):
-                target.rounds_held_up += 1
+        # Kept with the round whatever the blame verdict: a probe that reaches a slow uploader clears
+        # the blame, not the fact that its gradients came too late.
+        if (
+            self.phase == Phase.AVERAGING
+            and round_ is not None
+            and round_.missed(reporter.peer_id, target.peer_id)
+        ):
+            target.rounds_held_up += 1
         verdict = self.blame.report(
             target=target.peer_id,
             reporter=reporter.peer_id,

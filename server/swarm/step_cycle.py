@@ -95,10 +95,10 @@ class StepCycle:
         self.rounds: dict[int, AveragingRound] = {}
         self.round_started: dict[int, float] = {}
         self.push_allowance: dict[int, float] = {}
+        """Each round's push allowance as its barrier said (`push_allowance_s`)."""
         self.held_up_before: dict[int, int] = {}
         """Peer id -> `Member.rounds_held_up` of a departed member: an evicted slow uploader that
         reconnects is given the time it was found to need, not its reading's again."""
-        """Each round's push allowance as its barrier said (`push_allowance_s`)."""
         self.noop_groups: dict[int, frozenset[int]] = {}
         """Stages whose round passed its deadline with nobody to blame: these members take an empty step."""
         self.pending_apply: set[int] = set()

@@ -217,6 +217,13 @@ def test_holding_up_is_who_others_missed(missed: list[tuple[int, int]], holding_
     assert round_.holding_up() == holding_up
 
 
+def test_a_member_is_counted_holding_the_round_up_at_its_first_miss_only() -> None:
+    round_ = new_round()
+    assert [round_.missed(1, 3), round_.missed(2, 3), round_.missed(1, 3)] == [True, False, False]
+    assert [round_.missed(3, 3), round_.missed(4, 2)] == [False, False]  # self and outsiders
+    assert round_.was_missed(3) and not round_.was_missed(2)
+
+
 @given(st.lists(st.tuples(st.sampled_from(sorted(GROUP)), st.sampled_from(sorted(GROUP)))))
 @settings(max_examples=200, deadline=None)
 def test_going_on_without_those_holding_up_leaves_nobody_missing_anyone(
