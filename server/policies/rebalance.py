@@ -19,19 +19,26 @@ the lowest index), each time the peer that leaves the weaker of the two stages i
 (then the donor stage strongest, the shortest queue, the lowest id), as long as both stay above the
 weakest stage's old rate: the bottleneck never drops, and several stages that are equally weak are
 each given a peer (one peer into one of them alone would gain nothing). A peer moves at most once
-in a plan and a stage that received a peer gives none. The plan looks at most `PLAN_MOVES` moves
-ahead; a swarm further from balance gets there over several decisions.
+in a plan. A stage that received a peer may give another: a slow peer whose stage was given a fast
+one can then go where its rate lifts the new bottleneck, an exchange no single move makes. Every
+move raises the weakest stage above the old floor and keeps its donor above it, so the plan ends.
+It looks at most `PLAN_MOVES` moves ahead; a swarm further from balance gets there over several
+decisions.
 
 The decision. Of the plan, a decision makes the first moves, at most one into a stage per
 `COPY_SOURCES` peers it has (at least one: a stage's peers serve few copies of their state at a
 time, and the next movers go by measured rates), and only as many as pay: over `horizon_s` (until
-the next decision) the gained rate, taken pessimistically (the planned placement at its peers'
-lower bounds against the current one at its upper bounds, independent peers' margins adding in
-quadrature), must outweigh what the copies cost. A mover copies its new stage's state
+the next decision) the gained rate, taken pessimistically (`_pessimistic_gain`: each stage of the
+planned placement at its lower bound against the current bottleneck at its upper bound, independent
+peers' margins adding in quadrature, and a stage against itself through the peers that come and
+go only: those that stay are the same in both and their uncertainty cancels), must outweigh what
+the copies cost. A mover copies its new stage's state
 (`state_bytes`) at its measured link rate and serves nothing meanwhile: its old stage loses it at
 once (the plan never takes a stage below the current bottleneck, so the pipeline keeps its rate)
 and its new one gets it only after the copy, so the gain counts only for the horizon left after the
-longest copy. The number of moves with the largest net gain is made; none if no number gains.
+longest copy. The number of moves with the largest net gain is made, more moves only if they gain
+on fewer by themselves (the same bound, the placement of fewer moves taken as the current one);
+none if no number gains.
 Unsettled peers (a rate of too few readings, such as one that just moved) count with their wide
 bounds and are not moved.
 
@@ -250,13 +257,6 @@ class _Swarm:
     def means(self, moved: Mapping[int, int]) -> list[float]:
         return [m for m, _, _ in self.placed(moved)]
 
-    @staticmethod
-    def bound(sums: Sequence[tuple[float, float, float]], *, high: bool) -> float:
-        """The pipeline's rate with every stage at its upper (or lower) bound; independent peers'
-        margins add in quadrature."""
-        sign = 1.0 if high else -1.0
-        return min(max(0.0, m + sign * math.sqrt(hi if high else lo)) for m, lo, hi in sums)
-
 
 def stage_capacities(
     peers: Sequence[PeerLoad], num_stages: int, bytes_per_sample: Sequence[float] | None = None
@@ -308,29 +308,45 @@ def choose_moves(
     plan = _plan(swarm, counts)
     if not plan:
         return None
-    now_high = swarm.bound(swarm.current, high=True)
     best: tuple[float, int] | None = None
     after: dict[int, int] = {}
     sums = list(swarm.current)
-    changed: set[int] = set()
+    best_sums = swarm.current
     incoming = [0] * num_stages
+    # Per stage, squared margins of the peers the moves bring (lower) and take away (upper): since
+    # the current placement, and since the best plan so far.
+    arriving, leaving = [0.0] * num_stages, [0.0] * num_stages
+    arriving_since, leaving_since = [0.0] * num_stages, [0.0] * num_stages
     for k, (peer_id, stage) in enumerate(plan, start=1):
         if incoming[stage] >= max(1, counts[stage] // COPY_SOURCES):
             break
         incoming[stage] += 1
         after[peer_id] = stage
-        # Only the stages the moves touch change.
-        changed.update((swarm.placement[peer_id], stage))
-        movers = plan[:k]
-        copy = max(copy_s(p, s) for p, s in movers)
+        source = swarm.placement[peer_id]
+        mean, low, _ = swarm.rates(peer_id, stage)
+        own_mean, _, own_high = swarm.own[peer_id]
+        for margins, at, margin in (
+            (arriving, stage, mean - low),
+            (arriving_since, stage, mean - low),
+            (leaving, source, own_high - own_mean),
+            (leaving_since, source, own_high - own_mean),
+        ):
+            margins[at] += margin**2
+        # Only the two stages the move touches change.
+        for s in (source, stage):
+            sums[s] = swarm.stage_sums(s, after)
+        copy = max(copy_s(p, s) for p, s in plan[:k])
         if copy >= horizon_s:
             continue
-        for s in changed:
-            sums[s] = swarm.stage_sums(s, after)
-        changed.clear()
-        gain = (swarm.bound(sums, high=False) - now_high) * (horizon_s - copy)
-        if gain > 0 and (best is None or gain > best[0]):
-            best = (gain, k)
+        gain = _pessimistic_gain(sums, swarm.current, arriving, leaving) * (horizon_s - copy)
+        if gain <= 0 or (best is not None and gain <= best[0]):
+            continue
+        # The further moves must gain on the shorter plan by themselves: otherwise they only widen
+        # its margins (a stage that was not the bottleneck made safer), which is not worth a copy.
+        if best is not None and _pessimistic_gain(sums, best_sums, arriving_since, leaving_since) <= 0:
+            continue
+        best, best_sums = (gain, k), list(sums)
+        arriving_since, leaving_since = [0.0] * num_stages, [0.0] * num_stages
     if best is None:
         return None
     gain, k = best
@@ -354,6 +370,36 @@ def choose_moves(
         gain=gain,
         horizon_s=horizon_s,
     )
+
+
+def _pessimistic_gain(
+    after: Sequence[tuple[float, float, float]],
+    now: Sequence[tuple[float, float, float]],
+    arriving: Sequence[float],
+    leaving: Sequence[float],
+) -> float:
+    """A lower bound on the pipeline rate gained, min(after) - min(now), with rates at their
+    pessimistic ends (`stage_sums` of each stage after the moves and now; `arriving` and `leaving`:
+    the squared margins of the peers the moves bring to and take from each stage).
+
+    The gain is after[s] - min(now) for the stage s that ends weakest, and min(now) <= now[t] for
+    every t, so it is at least the least over s of the most over t of after[s] - now[t], each at its
+    worst end: after[s] at its lower bound, now[t] at its upper. Against t = s the peers that stay
+    on s are in both and cancel, so only the arriving and leaving peers are uncertain: a stage given
+    one peer gains at least that peer's lower bound, however uncertain the others' rates are.
+    Comparing the two placements' bottlenecks alone counted the staying peers' margins twice and
+    hid any gain below about three times one peer's margin: a slow peer whose move lifted its new
+    stage by 12% was never moved. For t, the current stages weakest by mean and by upper bound are
+    enough for the bound."""
+    by_mean = min(range(len(now)), key=lambda t: now[t][0])
+    by_upper = min(range(len(now)), key=lambda t: now[t][0] + math.sqrt(now[t][2]))
+    least = math.inf
+    for s, (mean, low, _) in enumerate(after):
+        most = mean - now[s][0] - math.sqrt(arriving[s]) - math.sqrt(leaving[s])
+        for t in {by_mean, by_upper} - {s}:
+            most = max(most, mean - math.sqrt(low) - now[t][0] - math.sqrt(now[t][2]))
+        least = min(least, most)
+    return least
 
 
 def _planned(counts: Sequence[int], swarm: _Swarm, moves: Mapping[int, int]) -> tuple[int, ...]:
@@ -429,7 +475,6 @@ def _plan(swarm: _Swarm, counts: list[int]) -> list[tuple[int, int]]:
     """
     rates = swarm.means({})
     counts = list(counts)
-    received: set[int] = set()
     moved: set[int] = set()
     plan: list[tuple[int, int]] = []
     grouped: list[list[_Candidate]] = [[] for _ in range(swarm.num_stages)]
@@ -449,7 +494,7 @@ def _plan(swarm: _Swarm, counts: list[int]) -> list[tuple[int, int]]:
         best: tuple[float, float, int] | None = None
         best_move: tuple[_Candidate, int, float] | None = None
         for source in range(swarm.num_stages):
-            if source == weakest or source in received or counts[source] < 2:
+            if source == weakest or counts[source] < 2:
                 continue
             by_own, by_target = donors[source].by_own, None
             i = j = 0
@@ -489,7 +534,6 @@ def _plan(swarm: _Swarm, counts: list[int]) -> list[tuple[int, int]]:
         rates[weakest] += there
         counts[source] -= 1
         counts[weakest] += 1
-        received.add(weakest)
         plan.append((candidate.peer_id, weakest))
     return plan
 

@@ -50,16 +50,41 @@ class _Table:
             stages[stage] += self.mean[peer_id][stage]
         return stages
 
-    def bound(self, placement: Mapping[int, int], *, high: bool) -> float:
+    def sums(self, placement: Mapping[int, int]) -> list[tuple[float, float, float]]:
+        """Each stage's mean rate and its peers' squared margins below and above."""
         means = [0.0] * self.num_stages
-        margins = [0.0] * self.num_stages
-        bounds = self.high if high else self.low
+        lows = [0.0] * self.num_stages
+        highs = [0.0] * self.num_stages
         for peer_id, stage in placement.items():
             mean = self.mean[peer_id][stage]
             means[stage] += mean
-            margins[stage] += (bounds[peer_id][stage] - mean) ** 2
-        sign = 1.0 if high else -1.0
-        return min(max(0.0, m + sign * math.sqrt(e)) for m, e in zip(means, margins, strict=True))
+            lows[stage] += (self.low[peer_id][stage] - mean) ** 2
+            highs[stage] += (self.high[peer_id][stage] - mean) ** 2
+        return list(zip(means, lows, highs, strict=True))
+
+    def pessimistic_gain(self, placement: Mapping[int, int], moves: Sequence[tuple[int, int]]) -> float:
+        """The least over stages s of the most over t of after[s] - now[t] at their worst ends, t
+        being s itself (only the peers that come and go uncertain) or a current bottleneck (by mean
+        and by upper bound)."""
+        after, now = self.sums(placement | dict(moves)), self.sums(placement)
+        arriving = [0.0] * self.num_stages
+        leaving = [0.0] * self.num_stages
+        for peer_id, stage in moves:
+            source = placement[peer_id]
+            arriving[stage] += (self.mean[peer_id][stage] - self.low[peer_id][stage]) ** 2
+            leaving[source] += (self.high[peer_id][source] - self.mean[peer_id][source]) ** 2
+        stages = range(self.num_stages)
+        weakest = {
+            min(stages, key=lambda t: now[t][0]),
+            min(stages, key=lambda t: now[t][0] + math.sqrt(now[t][2])),
+        }
+        return min(
+            max(
+                [mean - now[s][0] - math.sqrt(arriving[s]) - math.sqrt(leaving[s])]
+                + [mean - math.sqrt(low) - now[t][0] - math.sqrt(now[t][2]) for t in weakest - {s}]
+            )
+            for s, (mean, low, _) in enumerate(after)
+        )
 
 
 def choose_moves(
@@ -86,7 +111,6 @@ def choose_moves(
     if 0 in counts:
         return _fill_empty(table, placement, counts, copy_s, horizon_s)
     plan = _plan(table, placement, counts)
-    now_high = table.bound(placement, high=True)
     best: tuple[float, int] | None = None
     incoming = [0] * num_stages
     for k, (_, stage) in enumerate(plan, start=1):
@@ -96,9 +120,15 @@ def choose_moves(
         copy = max(copy_s(p, s) for p, s in plan[:k])
         if copy >= horizon_s:
             continue
-        gain = (table.bound(placement | dict(plan[:k]), high=False) - now_high) * (horizon_s - copy)
-        if gain > 0 and (best is None or gain > best[0]):
-            best = (gain, k)
+        gain = table.pessimistic_gain(placement, plan[:k]) * (horizon_s - copy)
+        if gain <= 0 or (best is not None and gain <= best[0]):
+            continue
+        if (
+            best is not None
+            and table.pessimistic_gain(placement | dict(plan[: best[1]]), plan[best[1] : k]) <= 0
+        ):
+            continue
+        best = (gain, k)
     if best is None:
         return None
     gain, k = best
@@ -137,7 +167,6 @@ def _plan(table: _Table, placement: dict[int, int], counts: Sequence[int]) -> li
     (pair, left, -index) whose pair beats the old floor."""
     rates = table.means(placement)
     counts = list(counts)
-    received: set[int] = set()
     plan: list[tuple[int, int]] = []
     candidates = [
         p.peer_id
@@ -150,7 +179,7 @@ def _plan(table: _Table, placement: dict[int, int], counts: Sequence[int]) -> li
         scored = []
         for index, peer_id in enumerate(candidates):
             source = placement[peer_id]
-            if source == weakest or source in received or counts[source] < 2:
+            if source == weakest or counts[source] < 2:
                 continue
             left = rates[source] - table.mean[peer_id][source]
             pair = min(left, floor + table.mean[peer_id][weakest])
@@ -165,7 +194,6 @@ def _plan(table: _Table, placement: dict[int, int], counts: Sequence[int]) -> li
         rates[weakest] += table.mean[peer_id][weakest]
         counts[source] -= 1
         counts[weakest] += 1
-        received.add(weakest)
         plan.append((peer_id, weakest))
     return plan
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 
@@ -75,7 +76,18 @@ def test_stage_capacities(stages: list[list[float]], num_stages: int, expected: 
         pytest.param([[10.0] * 3, [10.0, 2.5]], None, [(1, 0, 1)], id="a slow peer's stage gets one"),
         pytest.param([[10.0] * 4, [10.0] * 4, [10.0, 2.0]], None, [(1, 0, 2)], id="three stages"),
         # The moved peer is the one that leaves both stages strongest, not simply the fastest.
-        pytest.param([[40.0, 10.0, 10.0], [5.0]], None, [(1, 0, 1)], id="fast peer fills a deep hole"),
+        pytest.param(
+            [[40.0, 10.0, 10.0], [5.0]],
+            None,
+            [(1, 0, 1), (4, 1, 0)],
+            id="fast peer fills a deep hole, slow one trades",
+        ),
+        pytest.param(
+            [[10.0] * 3, [10.0] * 3, [10.0, 2.5]],
+            [1.0, 1.0, 0.69],
+            [(1, 0, 2), (8, 2, 0)],
+            id="a slow peer trades",
+        ),
         pytest.param([[100.0, 10.0, 10.0], [50.0]], None, [(2, 0, 1)], id="a slow peer keeps the donor"),
         # In cost units: stage 1 costs 4x, so a 20/s peer of stage 0 does 5/s there.
         pytest.param([[20.0] * 3, [5.0]], [1.0, 4.0], [(1, 0, 1)], id="cost-scaled"),
@@ -238,6 +250,18 @@ def test_a_gain_inside_the_rates_uncertainty_is_not_made() -> None:
     assert moves_of(decide(peers, 2)) == []
     sure = uncertain([estimated(10.0, 0.2)] * 3, [estimated(9.0, 0.2)] * 2)
     assert moves_of(decide(sure, 2)) == [(1, 0, 1)]
+
+
+def test_a_clear_gain_is_made_however_uncertain_the_peers_that_stay() -> None:
+    # Stage 0 is the bottleneck at 20 +- 1.4 with two peers; the slow peer of stage 2 would add
+    # 2.5 +- 0.25 to it, stage 2 keeping 28.7. Both placements' bottlenecks at their worst ends
+    # (20 + 1.4 against 22.5 - 1.4) show no gain; the peers that stay on stage 0 are the same in
+    # both, so the gain is the slow peer's 2.5, at worst 2.25.
+    peers = uncertain([estimated(10.0, 1.0)] * 2, [estimated(10.0, 1.0)] * 3, [estimated(14.35, 1.4)] * 2)
+    peers.append(PeerLoad(peer_id=8, stage=2, throughput=3.6, lower=3.25, upper=3.95))
+    plan = decide(peers, 3, stage_costs=[1.0, 1.0, 0.69])
+    assert moves_of(plan) == [(8, 2, 0)]
+    assert plan is not None and plan.gain == pytest.approx((3.6 * 0.69 - 0.35 * 0.69) * HORIZON_S)
 
 
 def test_an_unsettled_peer_counts_but_is_not_moved() -> None:
@@ -478,6 +502,27 @@ def test_several_weak_stages_are_fixed_in_one_decision(seed: int) -> None:
     assert first.planned == (3, 3, 3, 3)
     assert sorted(m.to_stage for m in second.moves) == [1, 2]
     assert swarm.counts() == (3, 3, 3, 3)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_slow_peer_on_a_light_stage_trades_places_once(seed: int) -> None:
+    # The efficiency benchmark's "one peer 4x slower": 8 peers on 3 stages of `small`, the last
+    # 0.69 of the others' cost, started evenly with the slow peer (2) on the stage of two. The best
+    # placement puts it with two fast peers on a full-cost stage, which takes it out of stage 2.
+    costs = [1.0, 1.0, 0.69]
+    speeds = [10.0, 10.0, 2.5, 10.0, 10.0, 10.0, 10.0, 10.0]
+    swarm = NoisySwarm(speeds=speeds, placement=[0, 1, 2, 0, 1, 2, 0, 1], costs=costs, seed=seed)
+    assert swarm.run(200) == 1, swarm.decisions
+
+    def true_rate(placement: list[int]) -> float:
+        return min(
+            sum(speed for speed, s in zip(speeds, placement, strict=True) if s == stage) / cost
+            for stage, cost in enumerate(costs)
+        )
+
+    best = max(true_rate(list(p)) for p in itertools.product(range(3), repeat=len(speeds)))
+    assert true_rate(swarm.placement) == pytest.approx(best)
+    assert swarm.placement[2] != 2
 
 
 def best_rate(peers: int, costs: list[float], speed: float) -> float:

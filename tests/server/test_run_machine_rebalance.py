@@ -220,19 +220,24 @@ def test_the_tiny_run_that_bounced_moves_once_and_loses_nothing(seed: int) -> No
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_a_peer_four_times_slower_makes_one_move_at_a_step_boundary(seed: int) -> None:
+def test_a_peer_four_times_slower_trades_places_at_a_step_boundary(seed: int) -> None:
     # Three on stage 0, four on the dearer stage 1: the best split. Peer 3 (stage 0) then slows to a
-    # quarter: a stage-1 peer is worth more on stage 0 (25.8 -> 32.5 samples/s), once.
+    # quarter. A stage-1 peer is worth more on stage 0 (25.8 samples/s after that move alone), and
+    # the slow peer is then worth more on stage 1 (28.0), so the two trade places: in one decision,
+    # or in two when the slow peer's falling rate is still too uncertain at the first.
     h = harness([0, 0, 0, 1, 1, 1, 1], seed=seed)
     h.steps(20)
     assert h.moves() == []
     h.speeds[3] = 2.5
     h.steps(80)
-    (move,) = h.moves()
-    assert (move.data["from_stage"], move.data["to_stage"]) == (1, 0)
-    assert h.placement() == (4, 3)
+    moves = h.moves()
+    assert sorted((m.data["from_stage"], m.data["to_stage"]) for m in moves) == [(0, 1), (1, 0)]
+    assert max(m.data["step"] for m in moves) < 60, "and none after"
+    assert h.machine.members[3].stage == 1
+    assert h.placement() == (3, 4)
     assert h.lost() == [0] * 100
     # Decided as a step opened, before any sample of it was granted.
+    move = moves[0]
     step = move.data["step"]
     assert step >= 21
     assert h.records[step - 1].samples_sent == 32
@@ -240,7 +245,7 @@ def test_a_peer_four_times_slower_makes_one_move_at_a_step_boundary(seed: int) -
     assert move.data["expected_gain_samples"] > 0
     assert move.data["copy_s"] > 0
     assert move.data["horizon_s"] == REBALANCE_INTERVAL_S
-    assert move.data["planned_placement"] == [4, 3]
+    assert move.data["planned_placement"] == [3, 4]
     assert move.data["rate_after_estimated"] > move.data["rate_before"]
     assert "copying its state takes" in move.message
 
@@ -262,8 +267,8 @@ def test_moves_wait_for_the_interval_and_the_next_boundary() -> None:
     h.steps(60)
     moves = h.moves()
     assert moves, "the slow stage gets help"
-    steps = [e.data["step"] for e in moves]
-    assert all(b - a >= REBALANCE_INTERVAL_S / STEP_S for a, b in itertools.pairwise(steps))
+    decided_at = sorted({e.data["step"] for e in moves})
+    assert all(b - a >= REBALANCE_INTERVAL_S / STEP_S for a, b in itertools.pairwise(decided_at))
     assert h.lost() == [0] * 60
 
 
