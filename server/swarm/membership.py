@@ -394,6 +394,10 @@ class Membership(StepCycle):
         )
         if plan is None:
             return
+        # Every mover leaves its stage before any is offered sources: a peer trading places with
+        # another must not be offered as the source of the stage it is leaving.
+        for move in plan.moves:
+            self.members[move.peer_id].ready = False
         for move in plan.moves:
             member = self.members[move.peer_id]
             self._event(

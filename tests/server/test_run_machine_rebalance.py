@@ -236,6 +236,12 @@ def test_a_peer_four_times_slower_trades_places_at_a_step_boundary(seed: int) ->
     assert h.machine.members[3].stage == 1
     assert h.placement() == (3, 4)
     assert h.lost() == [0] * 100
+    # Moved in one decision, neither is offered the other as a source of the stage it is leaving.
+    assigned = [d for d in of(h.log, do.AssignStage) if d.reason == "rebalanced"]
+    for decision in assigned:
+        movers = {d.peer_id for d in assigned if d.step == decision.step}
+        sources = {source.peer_id for source in decision.state_sources}
+        assert sources and not sources & movers, decision
     # Decided as a step opened, before any sample of it was granted.
     move = moves[0]
     step = move.data["step"]
