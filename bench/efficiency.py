@@ -549,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.invert_yaxis()
         ax.tick_params(axis="y", labelsize=6)
         ax.set_xlabel("samples/s")
-        ax.set_title(f"slowdown {args.slowdown:g}, {args.peers} peers, {args.stages} stages")
+        ax.set_title(f"slowdown {args.slowdown:g}, {args.peers} peers, {args.stages} stages unless named")
         ax.legend(fontsize=7)
 
     config = {k: v for k, v in vars(args).items() if k != "out"}

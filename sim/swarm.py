@@ -145,8 +145,9 @@ class _Peer:
     """Also drives microbatches (`--trainer`, on by default)."""
     slots: int = 0
     accumulated: list[str] | None = None
-    calls: set[_Microbatch] | None = None
-    """Microbatches whose call waits on it: trainers abandon them when it leaves the swarm view."""
+    calls: dict[_Microbatch, None] | None = None
+    """Microbatches whose call waits on it, in the order they were sent: trainers abandon them when
+    it leaves the swarm view. A set ordered them by address, which made runs of one seed differ."""
 
 
 class SwarmSim:
@@ -256,7 +257,7 @@ class SwarmSim:
         sc = self.sc
         p = len(self.peers)
         peer = _Peer(
-            kind=kind, member=True, accumulated=[], calls=set(), trainer=initial_index not in sc.non_trainers
+            kind=kind, member=True, accumulated=[], calls={}, trainer=initial_index not in sc.non_trainers
         )
         self.peers.append(peer)
         self.members += 1
@@ -362,7 +363,7 @@ class SwarmSim:
             mb.finish = math.inf
             mb.token += 1
             self.events.at(self.now, self._answered, mb, mb.token)
-        peer.calls = set()
+        peer.calls = {}
 
     def _assign(self, p: int, stage: int) -> None:
         """`Membership._assign`: the peer copies `stage` now, or at the step boundary."""
@@ -547,7 +548,7 @@ class SwarmSim:
         mb.token += 1
         mb.peer = p
         mb.deadline = now + self.sc.call_timeout_s
-        peer.calls.add(mb)
+        peer.calls[mb] = None
         # Trainers measure a link from the frames they send over it, answered or not.
         peer.linked = True
         if not peer.alive:
@@ -579,7 +580,7 @@ class SwarmSim:
         p, now = mb.peer, self.now
         peer = self.peers[p]
         router = self.routers[mb.stage]
-        peer.calls.discard(mb)
+        peer.calls.pop(mb, None)
         if mb.finish < math.inf:
             peer.queued -= 1
         ok = peer.died_at > mb.finish and now < mb.deadline

@@ -471,6 +471,8 @@ BALANCED = {
     "tail-heavy at its plan": ([10.0] * 12, [0, 0, 1, 1, 2, 2, *[3] * 6], [1.0, 1.0, 1.0, 5.0]),
     "mixed speeds": ([20.0, 5.0, 10.0, 10.0, 15.0, 8.0], [0, 0, 1, 1, 2, 2], [1.0, 1.0, 1.0]),
     "100 peers, 2 stages": ([10.0] * 100, [0] * 50 + [1] * 50, [1.0, 1.0]),
+    # The efficiency benchmark's 3 stages of `small` (the last 0.69 of the others' cost), evenly.
+    "8 peers, 3 stages, a light last one": ([10.0] * 8, [0, 1, 2, 0, 1, 2, 0, 1], [1.0, 1.0, 0.69]),
 }
 
 
