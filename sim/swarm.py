@@ -847,6 +847,10 @@ class SwarmSim:
         )
         if plan is None:
             return
+        # As `Membership._maybe_rebalance`: every mover leaves its stage before any is offered
+        # sources, so peers trading places do not copy from each other.
+        for move in plan.moves:
+            self._leave_stage(move.peer_id)
         for move in plan.moves:
             self.moves.append(
                 Move(

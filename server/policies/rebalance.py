@@ -32,15 +32,14 @@ the next decision) the gained rate, taken pessimistically (`_pessimistic_gain`: 
 planned placement at its lower bound against the current bottleneck at its upper bound, independent
 peers' margins adding in quadrature, and a stage against itself through the peers that come and
 go only: those that stay are the same in both and their uncertainty cancels), must outweigh what
-the copies cost. A mover copies its new stage's state
-(`state_bytes`) at its measured link rate and serves nothing meanwhile: its old stage loses it at
-once (the plan never takes a stage below the current bottleneck, so the pipeline keeps its rate)
-and its new one gets it only after the copy, so the gain counts only for the horizon left after the
-longest copy. The number of moves with the largest net gain is made, more moves only if they gain
-on fewer by themselves (the same bound, the placement of fewer moves taken as the current one);
-none if no number gains.
-Unsettled peers (a rate of too few readings, such as one that just moved) count with their wide
-bounds and are not moved.
+the copies cost. A mover copies its new stage's state (`state_bytes`) at its measured link rate
+and serves nothing meanwhile: its old stage loses it at once (the plan never takes a stage below
+the current bottleneck, so the pipeline keeps its rate) and its new one gets it only after the
+copy, so the gain counts only for the horizon left after the longest copy. The number of moves
+with the largest net gain is made, more moves only if they gain on fewer by themselves (the same
+bound, the placement of fewer moves taken as the current one); none if no number gains. Unsettled
+peers (a rate of too few readings, such as one that just moved) count with their wide bounds and
+are not moved.
 
 Empty stages come first: while a stage has no peer the pipeline is stalled, so each empty stage
 gets a peer at once, whatever the cost, from a stage that keeps one (the donor that leaves the
