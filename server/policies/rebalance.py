@@ -324,13 +324,11 @@ def choose_moves(
         source = swarm.placement[peer_id]
         mean, low, _ = swarm.rates(peer_id, stage)
         own_mean, _, own_high = swarm.own[peer_id]
-        for margins, at, margin in (
-            (arriving, stage, mean - low),
-            (arriving_since, stage, mean - low),
-            (leaving, source, own_high - own_mean),
-            (leaving_since, source, own_high - own_mean),
-        ):
-            margins[at] += margin**2
+        arrives, leaves = (mean - low) ** 2, (own_high - own_mean) ** 2
+        arriving[stage] += arrives
+        arriving_since[stage] += arrives
+        leaving[source] += leaves
+        leaving_since[source] += leaves
         # Only the two stages the move touches change.
         for s in (source, stage):
             sums[s] = swarm.stage_sums(s, after)
