@@ -61,6 +61,8 @@ T = TypeVar("T")
 TICK_INTERVAL_S = 0.5
 SYNC_INTERVAL_S = 2.0
 """How often heartbeat figures are written to the database and dashboards updated."""
+SEND_SLICE = 200
+"""Channels a broadcast writes to before it lets the event loop serve everything else."""
 
 
 @dataclass(eq=False, kw_only=True)
@@ -76,8 +78,6 @@ class PeerLink:
     """The digest of the peer's credential, which its answer to a reachability probe proves it knows."""
     fingerprint: str
     last_heartbeat: datetime | None = None
-    synced: tuple[float, int, int, tuple[tuple[int, float], ...], datetime] | None = None
-    """Heartbeat figures as last written to the database."""
 
 
 class LiveSwarm:
@@ -101,6 +101,9 @@ class LiveSwarm:
         self._fault = FaultPoint(settings.fault_point)
         self._tickets = TicketDesk(self._links)
         self._health: dict[int, tuple[RunStatus, RunHealthOut]] = {}
+        self._unsynced: dict[int, PeerLink] = {}
+        """Links heard from since their figures were last written (a heartbeat always changes one:
+        its time), so a sync touches only those, never every channel of a large swarm."""
         """Each watched run's health as its machine last decided it, with the run status it assumed."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -177,6 +180,7 @@ class LiveSwarm:
             if old is not None:
                 old.close(1008, "replaced by a newer channel of the same peer")
             self._links[link.peer_id] = link
+            self._unsynced[link.peer_id] = link
             self._tickets.admit(link, hello.frame_key, run.data_key)
             self._metrics.peers_connected.set(len(self._links))
             await self._carry_out(machine, machine.handle(joined))
@@ -228,6 +232,7 @@ class LiveSwarm:
             # Decides nothing, so it needs no turn in the run's queue.
             machine.handle(said)
             link.last_heartbeat = utcnow()
+            self._unsynced[link.peer_id] = link
             self._metrics.heartbeats.inc()
             return
         await self._feed_run(link.run_id, said)
@@ -273,10 +278,14 @@ class LiveSwarm:
                             lambda s, d=decision, a=asked: record_requests(s, run_id, d.peer_ids, a)
                         )
                     text = decision.message.model_dump_json()
-                    for peer_id in decision.peer_ids:
+                    for count, peer_id in enumerate(decision.peer_ids, start=1):
                         link = self._links.get(peer_id)
                         if link is not None:
                             link.send(text)
+                        if count % SEND_SLICE == 0:
+                            # Each send wakes a channel's writer: a view to 5,000 peers woke them
+                            # all at once, and every other answer waited behind 5,000 writes.
+                            await asyncio.sleep(0)
                     if isinstance(decision.message, StepCommitted):
                         self._fault.reached("opened", decision.message.step)
                 case do.Close():
@@ -401,12 +410,14 @@ class LiveSwarm:
                 log.exception("syncing heartbeat figures failed")
 
     async def _sync(self) -> None:
-        """Write changed heartbeat figures to the database in one statement; dashboards follow."""
+        """Write the heartbeat figures of the links heard from since the last sync, in one statement;
+        dashboards follow."""
+        heard, self._unsynced = self._unsynced, {}
         changed: list[tuple[PeerLink, PeerFigures]] = []
-        for link in self._links.values():
+        for link in heard.values():
             machine = self._machines.get(link.run_id)
             member = machine.members.get(link.peer_id) if machine is not None else None
-            if member is None or link.last_heartbeat is None:
+            if member is None or link.last_heartbeat is None or self._links.get(link.peer_id) is not link:
                 continue
             figures = PeerFigures(
                 peer_id=link.peer_id,
@@ -416,9 +427,16 @@ class LiveSwarm:
                 link_rates=dict(member.links),
                 last_heartbeat=link.last_heartbeat,
             )
-            if figures.figures() != link.synced:
-                changed.append((link, figures))
-        if changed:
-            await self._write(lambda s: rows.store_figures(s, [figures for _, figures in changed]))
-            for link, figures in changed:
-                link.synced = figures.figures()
+            changed.append((link, figures))
+        if not changed:
+            return
+        watched = {
+            run_id for run_id in {link.run_id for link, _ in changed} if self._feed.subscriber_count(run_id)
+        }
+        try:
+            await self._write(lambda s: rows.store_figures(s, [figures for _, figures in changed], watched))
+        except BaseException:
+            # Written at the next sync, unless a newer heartbeat has put the link back meanwhile.
+            for link, _ in changed:
+                self._unsynced.setdefault(link.peer_id, link)
+            raise

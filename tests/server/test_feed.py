@@ -12,6 +12,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from server.feed import FeedHub
 from server.schemas import FeedFrame
+from swarmhub.wire import Heartbeat
 
 
 def test_hub_delivers_to_subscribers_of_the_run_only():
@@ -149,3 +150,27 @@ def test_the_feed_closes_when_its_session_ends(client, owner_headers, run_id, mo
 def test_admins_watch_any_run(client, admin_headers, run_id):
     with _feed(client, run_id, admin_headers) as ws:
         assert ws.receive_json()["run"]["id"] == run_id
+
+
+def test_a_watched_peers_heartbeat_figures_reach_the_feed(client, owner_headers, run_id, connect_peer):
+    """Heartbeat figures are synced every couple of seconds; a run someone watches gets them as frames
+    (a run nobody watches gets the rows alone: `test_measured_link_rates_reach_the_api`)."""
+    peer = connect_peer()
+    with _feed(client, run_id, owner_headers) as ws:
+        assert ws.receive_json()["type"] == "snapshot"
+        peer.send(Heartbeat(throughput=42.0, queue_length=3, samples_done=96))
+        for _ in range(50):
+            frame = ws.receive_json()
+            if (
+                frame["type"] == "peer"
+                and frame["peer"]["id"] == peer.peer_id
+                and frame["peer"]["throughput"]
+            ):
+                break
+        else:
+            pytest.fail("no peer frame carried the heartbeat's figures")
+    assert (frame["peer"]["throughput"], frame["peer"]["queue_length"], frame["peer"]["samples_done"]) == (
+        42.0,
+        3,
+        96,
+    )
