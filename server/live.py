@@ -61,8 +61,6 @@ T = TypeVar("T")
 TICK_INTERVAL_S = 0.5
 SYNC_INTERVAL_S = 2.0
 """How often heartbeat figures are written to the database and dashboards updated."""
-SEND_SLICE = 200
-"""Channels a broadcast writes to before it lets the event loop serve everything else."""
 
 
 @dataclass(eq=False, kw_only=True)
@@ -278,14 +276,10 @@ class LiveSwarm:
                             lambda s, d=decision, a=asked: record_requests(s, run_id, d.peer_ids, a)
                         )
                     text = decision.message.model_dump_json()
-                    for count, peer_id in enumerate(decision.peer_ids, start=1):
+                    for peer_id in decision.peer_ids:
                         link = self._links.get(peer_id)
                         if link is not None:
                             link.send(text)
-                        if count % SEND_SLICE == 0:
-                            # Each send wakes a channel's writer: a view to 5,000 peers woke them
-                            # all at once, and every other answer waited behind 5,000 writes.
-                            await asyncio.sleep(0)
                     if isinstance(decision.message, StepCommitted):
                         self._fault.reached("opened", decision.message.step)
                 case do.Close():
