@@ -9,7 +9,8 @@ import pytest
 from launch.local_swarm import LocalSwarm
 from tests.training.swarm_helpers import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# The waits below add up to 420 s; on a slow day CI took 271 s of the former 300 s limit.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
 
 def test_peer_failing_calls_is_marked_lost_and_routed_around(monkeypatch: pytest.MonkeyPatch) -> None:
