@@ -99,10 +99,10 @@ class LiveSwarm:
         self._fault = FaultPoint(settings.fault_point)
         self._tickets = TicketDesk(self._links)
         self._health: dict[int, tuple[RunStatus, RunHealthOut]] = {}
+        """Each watched run's health as its machine last decided it, with the run status it assumed."""
         self._unsynced: dict[int, PeerLink] = {}
         """Links heard from since their figures were last written (a heartbeat always changes one:
         its time), so a sync touches only those, never every channel of a large swarm."""
-        """Each watched run's health as its machine last decided it, with the run status it assumed."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
 

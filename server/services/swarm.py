@@ -228,8 +228,8 @@ def store_figures(session: Session, figures: list[PeerFigures], watched_runs: se
     dashboard watches (`watched_runs`).
 
     A Core UPDATE by primary key: the ORM's bulk path and a SELECT of every changed peer to frame it
-    cost ~40 ms a thousand rows, on a thread that holds the GIL the event loop needs (at 5,000
-    peers that held every channel's answers up for most of a second, every sync)."""
+    ran on a thread that holds the GIL the event loop needs (at 5,000 peers the sync held it a third
+    of the time, and every channel's answers waited; docs/benchmarks.md)."""
     table = Peer.__table__
     session.execute(
         table.update().where(table.c.id == sa.bindparam("peer_id")),

@@ -161,16 +161,13 @@ def test_a_watched_peers_heartbeat_figures_reach_the_feed(client, owner_headers,
         peer.send(Heartbeat(throughput=42.0, queue_length=3, samples_done=96))
         for _ in range(50):
             frame = ws.receive_json()
+            # A sync may first frame the peer with its registered throughput (it was just admitted).
             if (
                 frame["type"] == "peer"
                 and frame["peer"]["id"] == peer.peer_id
-                and frame["peer"]["throughput"]
+                and frame["peer"]["throughput"] == 42.0
             ):
                 break
         else:
             pytest.fail("no peer frame carried the heartbeat's figures")
-    assert (frame["peer"]["throughput"], frame["peer"]["queue_length"], frame["peer"]["samples_done"]) == (
-        42.0,
-        3,
-        96,
-    )
+    assert (frame["peer"]["queue_length"], frame["peer"]["samples_done"]) == (3, 96)
