@@ -15,7 +15,7 @@ from server.policies.silence import Silence, silence
 from server.swarm import decisions as do
 from server.swarm import inputs as on
 from server.swarm.members import Member
-from server.swarm.step_cycle import Phase
+from server.swarm.step_cycle import VIEW_GAP_S, Phase
 from server.swarm.verification import Verification
 from swarmhub.status import PeerState, RunStatus
 from swarmhub.wire import (
@@ -116,6 +116,7 @@ class RunMachine(Verification):
                 member.queue_length = message.queue_length
                 member.samples_done = message.samples_done
                 member.links = message.links
+                member.take_reading()
                 self._count_checks(member, message.spot_checks)
                 self._count_cache(member.peer_id, message.activation_cache)
                 self._count_claims(member.peer_id, message.samples_done, message.compute_seconds)
@@ -243,7 +244,8 @@ class RunMachine(Verification):
             elif verdict == Silence.PROBE:
                 member.probed_silence = member.last_seen
                 self._out.append(do.ProbePeer(peer_id=member.peer_id, address=member.address))
-        if now - self.view_sent >= SWARM_VIEW_REFRESH_S:
+        since_view = now - self.view_sent
+        if since_view >= SWARM_VIEW_REFRESH_S or (self.view_due and since_view >= VIEW_GAP_S):
             self._send_view(now)
         self._retry_record(now)
         self._expire_rounds(now, self.blame.named(now))

@@ -97,8 +97,7 @@ class Member:
         capped by what trainers saw it serve once several have timed it. A high quantile of their
         timings resists a lying trainer (talking a peer down takes most of the timings); the slack
         covers the network and queueing in a timing."""
-        trainers = {trainer for trainer, _ in self.observed}
-        if len(self.observed) < MIN_OBSERVATIONS or len(trainers) < 2:
+        if len(self.observed) < MIN_OBSERVATIONS or len({trainer for trainer, _ in self.observed}) < 2:
             return self.throughput
         rates = sorted(rate for _, rate in self.observed)
         served = rates[int(OBSERVED_QUANTILE * (len(rates) - 1))]

@@ -9,6 +9,8 @@ whenever one exists: a failed load is retried, never replaced by a fresh initial
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from server.policies.grant_pacing import served_rate
 from server.policies.rate_estimate import RateEstimate
 from server.policies.rebalance import (
@@ -47,8 +49,21 @@ REBALANCE_INTERVAL_S = 30.0
 """Rebalancing decides at most this often (except to fill an empty stage): the horizon a move must
 pay for its copy within, time for a moved peer's rate to settle, and a bound on what planning over
 thousands of peers costs the coordinator."""
+STAGE_LOAD_REFRESH_S = 1.0
+"""A joiner's stage is chosen by the stages' served rates as summed at most this long ago, plus the
+joiners assigned since: summing over every member at every join makes a join storm of thousands
+quadratic. Rates move slower than that; a departure or a move has them summed again at once."""
 STATE_SOURCES = COPY_SOURCES
 """Peers offered to copy a stage's state from, tried in turn (the first may be slow or gone)."""
+
+
+@dataclass(kw_only=True)
+class StageLoad:
+    """Per stage, the rate its members serve at and how many there are, as of `at`."""
+
+    at: float
+    rates: list[float]
+    counts: list[int]
 
 
 class Membership(StepCycle):
@@ -72,6 +87,8 @@ class Membership(StepCycle):
         self.last_decision = -1e9
         """When rebalancing was last decided (whether or not it moved a peer)."""
         self.blame = Blame()
+        self.stage_load: StageLoad | None = None
+        """What joiners' stages were last chosen by; None once a departure or a move changed it."""
 
     def _join(self, event: on.PeerJoined) -> None:
         old = self.members.get(event.peer_id)
@@ -106,20 +123,31 @@ class Membership(StepCycle):
         if event.stage is not None:
             self._assign(member, event.stage, "rejoined its stage", event.now)
             return
-        # One pass over the members, not one per stage: a join storm of thousands asks at every join.
-        # Each counts at what it serves: a peer whose links carry less than it computes weakens its
-        # stage, and a stage of such peers is the one a joiner should strengthen.
+        load = self._current_stage_load(event.now)
+        stage = choose_stage(load.rates, load.counts, event.requested_stage)
+        self._assign(member, stage, "joined", event.now)
+        load.rates[stage] += served_rate(
+            member.effective_throughput, member.inbound_link, self._bytes_per_sample()[stage]
+        )
+        load.counts[stage] += 1
+        self.stage_load = load
+
+    def _current_stage_load(self, now: float) -> StageLoad:
+        """The stages' served rates as a joiner's stage is chosen by, summed again if older than
+        `STAGE_LOAD_REFRESH_S`. Each member counts at what it serves: a peer whose links carry less
+        than it computes weakens its stage, and a stage of such peers is the one a joiner should
+        strengthen."""
+        if self.stage_load is not None and now - self.stage_load.at < STAGE_LOAD_REFRESH_S:
+            return self.stage_load
         per_sample = self._bytes_per_sample()
-        throughputs = [0.0] * self.spec.num_stages
-        counts = [0] * self.spec.num_stages
+        load = StageLoad(at=now, rates=[0.0] * self.spec.num_stages, counts=[0] * self.spec.num_stages)
         for m in self.members.values():
             if m.stage is not None:
-                throughputs[m.stage] += served_rate(
+                load.rates[m.stage] += served_rate(
                     m.effective_throughput, m.inbound_link, per_sample[m.stage]
                 )
-                counts[m.stage] += 1
-        stage = choose_stage(throughputs, counts, event.requested_stage)
-        self._assign(member, stage, "joined", event.now)
+                load.counts[m.stage] += 1
+        return load
 
     def _reachability(self, member: Member, problem: str | None) -> bool:
         """Tell the peer what the probe of its data plane found; True if it may serve a stage."""
@@ -141,6 +169,7 @@ class Membership(StepCycle):
 
     def _assign(self, member: Member, stage: int, reason: str, now: float) -> None:
         """Give `member` a stage; it becomes routable once it reports StageReady for the current step."""
+        self.stage_load = None
         member.stage = stage
         member.ready = False
         member.restart_rate()
@@ -176,6 +205,7 @@ class Membership(StepCycle):
         again without it, unless the round already completed (the others apply the sum they agreed
         on) and the peer is not `distrusted` (removed as faulty: nothing of it is kept)."""
         del self.members[member.peer_id]
+        self.stage_load = None
         if member.rounds_held_up:
             self.held_up_before[member.peer_id] = member.rounds_held_up
         self.blame.forget(member.peer_id)
@@ -191,7 +221,7 @@ class Membership(StepCycle):
         elif self.phase == Phase.COLLECTING:
             self._maybe_barrier(now)
             self._maybe_rebalance(now)
-        self._send_view(now)
+        self._view_changed(now)
 
     def _depart(self, member: Member, state: str, reason: str) -> None:
         self._out.append(
@@ -230,7 +260,7 @@ class Membership(StepCycle):
                 stage=message.stage,
                 step=step,
             )
-        self._send_view(now)
+        self._view_changed(now)
         self._maybe_barrier(now)
         self._maybe_rebalance(now)
 
@@ -358,13 +388,12 @@ class Membership(StepCycle):
         lost more of the step than a donor could. Never while a peer is loading a stage (a move
         in progress), and not sooner than `REBALANCE_INTERVAL_S` after the last decision.
         """
-        for member in self.members.values():
-            member.take_reading()
         if not self.rebalance or self.status != RunStatus.ACTIVE or self.phase != Phase.COLLECTING:
             return
         if any(m.loading for m in self.members.values()):
             return
-        stage_empty = any(not self.ready(s) for s in range(self.spec.num_stages))
+        served = {m.stage for m in self.members.values() if m.ready and m.stage is not None}
+        stage_empty = len(served) < self.spec.num_stages
         if not stage_empty and (self.book.samples_sent or now - self.last_decision < REBALANCE_INTERVAL_S):
             return
         self.last_decision = now
@@ -418,4 +447,4 @@ class Membership(StepCycle):
                 step=self.book.step,
             )
             self._assign(member, move.to_stage, "rebalanced", now)
-        self._send_view(now)
+        self._view_changed(now)

@@ -52,6 +52,9 @@ RECORD_RETRY_S = 5.0
 GRANT_CAP_REFRESH_S = 10.0
 """The grant cap is recomputed with a swarm view at most this often (it reads every member's links);
 rates and links change slower than that."""
+VIEW_GAP_S = 0.5
+"""Views go out at most this often while peers come and go; the tick sends one held back. In a join
+storm each peer that turns ready would otherwise send every member a view: N^2 frames for N joins."""
 
 
 class Phase(StrEnum):
@@ -113,6 +116,8 @@ class StepCycle:
         self.pending: dict[int, Pending] = {}
         """What serving peers claimed and trainers received from them, not matched yet (the ledger)."""
         self.view_sent = -1e9
+        self.view_due = False
+        """The swarm changed since the last view, which went out less than `VIEW_GAP_S` before."""
         self.views_sent = 0
         """Seeds each refresh's samples (`view_sample.deal_stages`): a member sees other peers each time."""
         self.grant_cap: int | None = None
@@ -394,8 +399,16 @@ class StepCycle:
     def _broadcast(self, message: Message) -> None:
         self._out.append(do.Send(peer_ids=tuple(self.members), message=message))
 
+    def _view_changed(self, now: float) -> None:
+        """Who serves what changed: a view now, or at the first tick `VIEW_GAP_S` after the last."""
+        if now - self.view_sent >= VIEW_GAP_S:
+            self._send_view(now)
+        else:
+            self.view_due = True
+
     def _send_view(self, now: float) -> None:
         self.view_sent = now
+        self.view_due = False
         ready = self.ready()
         # Reading every member's links costs far more than the view: not at every join of a storm.
         if self.grant_cap is None or now - self.grant_cap_at >= GRANT_CAP_REFRESH_S:

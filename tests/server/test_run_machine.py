@@ -15,7 +15,7 @@ from server.swarm import inputs as on
 from server.swarm.machine import SWARM_VIEW_REFRESH_S, RunMachine
 from server.swarm.members import CLAIM_SLACK
 from server.swarm.membership import STRIKE_LIMIT
-from server.swarm.step_cycle import JOIN_HOLD_S, RECORD_RETRY_S, MachineSettings, Phase
+from server.swarm.step_cycle import JOIN_HOLD_S, RECORD_RETRY_S, VIEW_GAP_S, MachineSettings, Phase
 from swarmhub.presets import get_preset
 from swarmhub.wire import (
     ApplyStep,
@@ -855,6 +855,8 @@ def test_grants_stop_at_what_the_slowest_stage_serves_within_the_call_timeout():
     for peer_id in (1, 2):
         swarm.join(peer_id, throughput=0.8)
         swarm.ready(peer_id)
+    swarm.now += VIEW_GAP_S  # the view held back at the second ready sets the cap at the next tick
+    swarm.feed(on.Tick(now=swarm.now))
     assert swarm.machine.grant_cap == 8
     grants = [sent(swarm.say(1 + n % 2, WorkRequest()), 1 + n % 2)[0] for n in range(8)]
     assert all(isinstance(g, WorkGrant) for g in grants)
@@ -872,6 +874,8 @@ def test_grant_pacing_counts_a_peer_at_what_its_link_carries():
     for peer_id in (1, 2):
         swarm.join(peer_id, throughput=50.0)
         swarm.ready(peer_id)
+    swarm.now += VIEW_GAP_S
+    swarm.feed(on.Tick(now=swarm.now))
     unlinked = swarm.machine.grant_cap
     # Each measured the other's link at 2 KB/s: far below what 50 samples/s would move.
     per_sample = stage_bytes_per_sample(2, 32, get_preset("tiny").d_model, "none")

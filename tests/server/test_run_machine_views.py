@@ -12,6 +12,8 @@ from server.policies.view_sample import LISTINGS, PEERS_PER_STAGE
 from server.swarm import decisions as do
 from server.swarm import inputs as on
 from server.swarm.machine import SWARM_VIEW_REFRESH_S
+from server.swarm.step_cycle import VIEW_GAP_S
+from swarmhub.status import PeerState
 from swarmhub.wire import Heartbeat, StageTotal, SwarmView
 from tests.server.test_run_machine import Swarm, new_swarm, of
 
@@ -90,3 +92,48 @@ def test_the_next_refresh_deals_other_samples(peers: int) -> None:
     second = {p: s.message for s in refresh(swarm) for p in s.peer_ids}
     changed = sum(first[p] != second[p] for p in first)
     assert changed > peers // 2
+
+
+def views_in(decisions: list[do.Decision]) -> list[SwarmView]:
+    return [d.message for d in of(decisions, do.Send) if isinstance(d.message, SwarmView)]
+
+
+def test_peers_turning_ready_together_share_one_view_sent_at_the_next_tick() -> None:
+    # A join storm: each ready peer sending every member a view would be N^2 frames for N joins.
+    swarm = new_swarm()
+    for peer_id in range(1, 41):
+        swarm.join(peer_id, throughput=10.0)
+    first = views_in(swarm.ready(1))
+    assert [[p.peer_id for p in view.peers] for view in first] == [[1]]
+    held = [views_in(swarm.ready(peer_id)) for peer_id in range(2, 41)]
+    assert held == [[]] * 39
+    assert swarm.machine.view_due
+    swarm.now += VIEW_GAP_S / 2
+    assert views_in(swarm.feed(on.Tick(now=swarm.now))) == []
+    swarm.now += VIEW_GAP_S / 2
+    (view,) = views_in(swarm.feed(on.Tick(now=swarm.now)))
+    assert sorted(p.peer_id for p in view.peers) == list(range(1, 41))
+    assert not swarm.machine.view_due
+    # Quiet since: the next change goes out at once.
+    swarm.now += VIEW_GAP_S
+    swarm.join(41, throughput=10.0)
+    (view,) = views_in(swarm.ready(41))
+    assert len(view.peers) == 41
+
+
+def test_a_departure_is_in_the_next_view_within_the_gap() -> None:
+    swarm = swarm_of(4)
+    swarm.now += VIEW_GAP_S
+    views_in(swarm.feed(on.Tick(now=swarm.now)))
+    swarm.now += VIEW_GAP_S
+    assert (
+        views_in(swarm.feed(on.PeerLeft(now=swarm.now, peer_id=3, state=PeerState.LEFT, reason="goodbye")))
+        != []
+    )
+    assert (
+        views_in(swarm.feed(on.PeerLeft(now=swarm.now, peer_id=4, state=PeerState.LEFT, reason="goodbye")))
+        == []
+    )
+    swarm.now += VIEW_GAP_S
+    (view,) = views_in(swarm.feed(on.Tick(now=swarm.now)))
+    assert sorted(p.peer_id for p in view.peers) == [1, 2]
