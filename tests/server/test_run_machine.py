@@ -17,6 +17,7 @@ from server.swarm.members import CLAIM_SLACK
 from server.swarm.membership import STRIKE_LIMIT
 from server.swarm.step_cycle import JOIN_HOLD_S, RECORD_RETRY_S, VIEW_GAP_S, MachineSettings, Phase
 from swarmhub.presets import get_preset
+from swarmhub.status import PeerState
 from swarmhub.wire import (
     ApplyStep,
     AveragingDone,
@@ -248,6 +249,23 @@ def test_a_joiner_strengthens_the_stage_that_serves_least_links_included(link_to
     swarm.feed(on.Tick(now=swarm.now))
     (assign,) = of(swarm.join(3, throughput=10.0), do.AssignStage)
     assert assign.stage == expected_stage
+
+
+def test_joiners_arriving_together_spread_over_the_stages():
+    # Within STAGE_LOAD_REFRESH_S the stages' rates are not summed again: each joiner assigned since
+    # counts on its stage, so a storm does not pile onto the stage that was weakest at its start.
+    swarm = new_swarm(stages=4)
+    stages = [of(swarm.join(peer_id), do.AssignStage)[0].stage for peer_id in range(1, 13)]
+    assert sorted(stages) == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+
+
+def test_a_joiner_right_after_a_departure_fills_the_stage_it_left():
+    swarm = new_swarm()
+    for peer_id in (1, 2, 3, 4):
+        swarm.join(peer_id)  # stages 0, 1, 0, 1
+    swarm.feed(on.PeerLeft(now=swarm.now, peer_id=2, state=PeerState.LEFT, reason="goodbye"))
+    (assign,) = of(swarm.join(5), do.AssignStage)
+    assert assign.stage == 1
 
 
 def test_a_rejoin_keeps_the_remembered_stage():
