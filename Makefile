@@ -57,10 +57,14 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The fast tests on both cores first; then the multi-process swarms and the browser, one at a time
+# (each swarm already keeps both cores busy, and their timeouts assume it has them).
+TEST_ENV := SWARMHUB_TEST_POSTGRES_URL=$${SWARMHUB_TEST_POSTGRES_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test} \
+	SWARMHUB_TEST_REQUIRE_ALL=1
+
 test: install frontend services lint audit
-	SWARMHUB_TEST_POSTGRES_URL=$${SWARMHUB_TEST_POSTGRES_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test} \
-	SWARMHUB_TEST_REQUIRE_ALL=1 \
-	$(BIN)/pytest -m '' -p no:cacheprovider --durations=30
+	$(TEST_ENV) $(BIN)/pytest -m 'not slow and not browser' -n 2 -p no:cacheprovider --durations=10
+	$(TEST_ENV) $(BIN)/pytest -m 'slow or browser' -p no:cacheprovider --durations=30
 
 clean:
 	rm -rf $(VENV) frontend/node_modules frontend/dist var test-artifacts

@@ -18,6 +18,7 @@ from server.app import create_app
 from server.housekeeping import purge_once
 from server.models import AuthSession, Checkpoint, JoinToken, LoginThrottle, Run, User, utcnow
 from server.security import MIN_PASSWORD_LENGTH
+from server.services import login_throttle
 from server.services.login_throttle import FREE_FAILURES
 
 ALICE = ("alice", "alice password")
@@ -129,7 +130,11 @@ def test_wrong_logins_from_one_address_back_off_across_accounts(app, client, own
         assert session.get_one(LoginThrottle, "addr:testclient").failures == FREE_FAILURES["addr"]
 
 
-def test_the_login_backoff_survives_a_restart(settings, owner_headers, app, client):
+def test_the_login_backoff_survives_a_restart(settings, owner_headers, app, client, monkeypatch):
+    # The throttle's clock stands still: the first lock lasts 1 s, and starting a second app on a
+    # busy machine can take longer than that.
+    frozen = utcnow()
+    monkeypatch.setattr(login_throttle, "utcnow", lambda: frozen)
     for _ in range(FREE_FAILURES["pair"]):
         assert _login(client, "alice", "wrong wrong wrong").status_code == 401
     from fastapi.testclient import TestClient
