@@ -447,4 +447,5 @@ class Membership(StepCycle):
                 step=self.book.step,
             )
             self._assign(member, move.to_stage, "rebalanced", now)
-        self._view_changed(now)
+        # At once: the movers stop serving their old stage now, and moves never come in storms.
+        self._send_view(now)

@@ -170,7 +170,7 @@ class Verification(Membership):
             stage=stage,
         )
         self._assign(verifier, stage, f"to referee spot-check case {case.case_id}", now)
-        self._view_changed(now)
+        self._send_view(now)
 
     def _verdict(self, referee: Member, message: ArbitrationVerdict, now: float) -> None:
         case = self.cases.get(message.case_id)
