@@ -72,11 +72,17 @@ TWO_THREADS = ("--threads", "2")
 HONEST = [(0, ()), (0, TWO_THREADS), (0, ()), (1, TWO_THREADS), (1, ())]
 
 
+@pytest.fixture(scope="module")
+def honest() -> dict[str, Any]:
+    """An honest run with every call checked: the strictest test of false positives, and, as checks
+    never change what is trained (a check accumulates nothing), the loss baseline of a faulty run."""
+    return _train("honest", {**INT8, "spot_check_fraction": 1.0}, HONEST, STEPS)
+
+
 @pytest.mark.timeout(900)
-def test_a_peer_corrupting_5_percent_of_its_outputs_is_caught_and_the_run_trains_as_an_honest_one() -> None:
-    # Every call checked in the honest run: the strictest test of false positives, and checks never
-    # change what is trained (a check accumulates nothing), so it is also the loss baseline.
-    honest = _train("honest", {**INT8, "spot_check_fraction": 1.0}, HONEST, STEPS)
+def test_a_peer_corrupting_5_percent_of_its_outputs_is_caught_and_the_run_trains_as_an_honest_one(
+    honest: dict[str, Any],
+) -> None:
     largest = _assert_no_false_positive(honest)
 
     # Every call checked here too, so detection is quick enough to leave a tail of clean steps to
@@ -102,11 +108,11 @@ def test_a_peer_corrupting_5_percent_of_its_outputs_is_caught_and_the_run_trains
 
 
 @pytest.mark.timeout(600)
-def test_no_honest_peer_is_banned_across_repeated_int8_runs() -> None:
-    largest = [
-        _assert_no_false_positive(_train(f"honest {i}", {**INT8, "spot_check_fraction": 1.0}, HONEST, 25))
-        for i in range(2)
-    ]
+def test_no_honest_peer_is_banned_across_repeated_int8_runs(honest: dict[str, Any]) -> None:
+    # The baseline run above and a second one: routing, thread counts' summing order and int8
+    # rounding differ from run to run.
+    again = _train("honest again", {**INT8, "spot_check_fraction": 1.0}, HONEST, 25)
+    largest = [_assert_no_false_positive(run) for run in (honest, again)]
     print(f"largest honest discrepancies {largest} (tolerance {tolerance('int8'):.3g})")
 
 
