@@ -200,9 +200,7 @@ class RunMachine(Verification):
             return NoWork(step=step, reason=f"run is {self.status}")
         if self.phase != Phase.COLLECTING:
             return NoWork(step=step, reason=f"step {step} is {self.phase}")
-        # One pass over the members, not one per stage: asked at every grant, of thousands of members.
-        served = {m.stage for m in self.members.values() if m.ready}
-        empty = [s for s in range(self.spec.num_stages) if s not in served]
+        empty = self.unserved_stages()
         if empty:
             return NoWork(step=step, reason=f"stage {empty[0]} has no ready peer")
         if self.grant_cap is not None and len(self.book.outstanding) >= self.grant_cap:

@@ -126,6 +126,7 @@ class Membership(StepCycle):
         load = self._current_stage_load(event.now)
         stage = choose_stage(load.rates, load.counts, event.requested_stage)
         self._assign(member, stage, "joined", event.now)
+        # `_assign` drops the stage load (a move or a rejoin changes it unseen); this joiner is added.
         load.rates[stage] += served_rate(
             member.effective_throughput, member.inbound_link, self._bytes_per_sample()[stage]
         )
@@ -392,8 +393,7 @@ class Membership(StepCycle):
             return
         if any(m.loading for m in self.members.values()):
             return
-        served = {m.stage for m in self.members.values() if m.ready and m.stage is not None}
-        stage_empty = len(served) < self.spec.num_stages
+        stage_empty = bool(self.unserved_stages())
         if not stage_empty and (self.book.samples_sent or now - self.last_decision < REBALANCE_INTERVAL_S):
             return
         self.last_decision = now

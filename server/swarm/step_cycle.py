@@ -131,6 +131,12 @@ class StepCycle:
     def ready(self, stage: int | None = None) -> list[Member]:
         return [m for m in self.members.values() if m.ready and (stage is None or m.stage == stage)]
 
+    def unserved_stages(self) -> list[int]:
+        """Stages with no ready peer, in one pass over the members (asked at every grant and ready,
+        of thousands of members)."""
+        served = {m.stage for m in self.members.values() if m.ready}
+        return [s for s in range(self.spec.num_stages) if s not in served]
+
     def _step_opened(self, now: float) -> None:
         """What the machine does once a new step is open (assign peers that waited, rebalance)."""
         raise NotImplementedError
