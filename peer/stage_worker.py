@@ -47,9 +47,15 @@ def make_optimizer(run: RunSpec, params: list[nn.Parameter]) -> torch.optim.Opti
 def apply_gradients(
     module: nn.Module, optimizer: torch.optim.Optimizer, grads: list[Tensor], learning_rate: float
 ) -> None:
-    """One optimizer step with the given gradients (already averaged and clipped)."""
+    """One optimizer step with the given gradients (already averaged and clipped), wherever they live.
+
+    Each gradient is copied once, onto its parameter's device and dtype, so `param.grad` never
+    aliases the caller's tensor (they may be views of one flat sum). A GPU peer passes CPU slices:
+    moving them to the device first and cloning them there kept two device copies of the stage's
+    gradients through the optimizer step where one does (measured: bench/gpu_path.py).
+    """
     for param, grad in zip(module.parameters(), grads, strict=True):
-        param.grad = grad.to(param.dtype).clone()
+        param.grad = grad.to(device=param.device, dtype=param.dtype, copy=True)
     for group in optimizer.param_groups:
         group["lr"] = learning_rate
     optimizer.step()
@@ -189,7 +195,7 @@ class StageWorker:
             grads, offset = [], 0
             for param in self._params:
                 n = param.numel()
-                grads.append(averaged[offset : offset + n].view_as(param).to(self.device))
+                grads.append(averaged[offset : offset + n].view_as(param))
                 offset += n
             apply_gradients(self.module, self.optimizer, grads, learning_rate)
         self.step += 1
