@@ -12,9 +12,11 @@ default dynamic map, which both ends build themselves, so it is never sent.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import struct
+from types import ModuleType
 from typing import Protocol, get_args
 
 import numpy as np
@@ -33,13 +35,19 @@ class _DropKernelsHubNotice(logging.Filter):
         )
 
 
-_bnb_cpu_logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
-_bnb_filter = _DropKernelsHubNotice()
-_bnb_cpu_logger.addFilter(_bnb_filter)
-try:
-    import bitsandbytes.functional as bnbf
-finally:
-    _bnb_cpu_logger.removeFilter(_bnb_filter)
+@functools.cache
+def bitsandbytes_functional() -> ModuleType:
+    """bitsandbytes' functional module, imported when an int8 tensor is first encoded or decoded: the
+    import wraps its kernels in torch.compile and costs a process about 2 s of CPU, which every peer of
+    a run that does not compress paid at start-up."""
+    cpu_logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    notice = _DropKernelsHubNotice()
+    cpu_logger.addFilter(notice)
+    try:
+        import bitsandbytes.functional as bnbf
+    finally:
+        cpu_logger.removeFilter(notice)
+    return bnbf
 
 
 Buffer = bytes | bytearray | memoryview
@@ -124,13 +132,18 @@ class BlockwiseInt8:
                 f"int8 blocksize must be one of {sorted(_INT8_VALID_BLOCKSIZES)}, got {blocksize}"
             )
         self.blocksize = blocksize
-        self._code = bnbf.create_dynamic_map().float()
+
+    @functools.cached_property
+    def _code(self) -> Tensor:
+        return bitsandbytes_functional().create_dynamic_map().float()
 
     def encode(self, t: Tensor) -> bytes:
         flat = t.detach().cpu().float().contiguous().reshape(-1)
         if flat.numel() == 0:
             return self._HEADER.pack(0, self.blocksize, 0)
-        codes, state = bnbf.quantize_blockwise(flat, code=self._code, blocksize=self.blocksize)
+        codes, state = bitsandbytes_functional().quantize_blockwise(
+            flat, code=self._code, blocksize=self.blocksize
+        )
         absmax = state.absmax.float().contiguous()
         return (
             self._HEADER.pack(flat.numel(), self.blocksize, absmax.numel())
@@ -163,7 +176,7 @@ class BlockwiseInt8:
         if not np.isfinite(absmax).all() or (absmax < 0).any():
             raise ValueError("int8 buffer has a negative or non-finite absmax")
         codes = np.frombuffer(data, dtype=np.uint8, count=count, offset=self._HEADER.size + 4 * blocks)
-        out = bnbf.dequantize_blockwise(
+        out = bitsandbytes_functional().dequantize_blockwise(
             torch.from_numpy(codes.copy()),
             absmax=torch.from_numpy(absmax.astype(np.float32)),
             code=self._code,

@@ -22,17 +22,23 @@ def _activations(scale: float = 3.0) -> torch.Tensor:
     return torch.randn(SHAPE, generator=g) * scale
 
 
-def test_import_is_quiet() -> None:
-    # bitsandbytes logs a warning about its optional `kernels` package at import; peers should not show it.
+def _python(code: str) -> subprocess.CompletedProcess[str]:
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, "-c", "import peer.compression"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=True,
+    return subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+
+
+def test_first_int8_use_is_quiet() -> None:
+    # bitsandbytes logs a warning about its optional `kernels` package at import; peers should not show it.
+    done = _python(
+        "import torch; from peer.compression import get_codec; get_codec('int8').encode(torch.ones(9))"
     )
     assert "kernels" not in done.stderr + done.stdout
+
+
+def test_a_peer_starts_without_importing_bitsandbytes() -> None:
+    """Its import costs ~2 s of CPU, paid only by a run that compresses to int8."""
+    done = _python("import sys, peer.runtime; print('bitsandbytes' in sys.modules)")
+    assert done.stdout.strip() == "False"
 
 
 def test_every_wire_compression_has_a_codec() -> None:
