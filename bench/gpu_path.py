@@ -9,7 +9,8 @@ so, where torch sees no GPU):
    round trip's relative L2 error. Beside them, bitsandbytes' blockwise 8-bit kernels themselves
    (`quantize_blockwise` / `dequantize_blockwise`, the int8 codec's core) run on each device, and
    on cuda whether the codes and absmax the GPU kernel writes are the ones the CPU kernel writes
-   (the codec runs on the CPU today; a GPU-side codec would have to stay wire compatible).
+   (the lossy codecs encode on the tensor's device, and rows 'via the host' time the way they did
+   before, copying it to the host first).
    Activations are stage 0's real output for each preset case below, plus one large shape.
 2. stage step: one stage call through the peer's own StageWorker (inputs and output gradients
    arrive on the CPU, as from the wire, and results go back to the CPU): a first stage's forward
@@ -137,9 +138,19 @@ def codec_rows(name: str, activation: torch.Tensor, reps: dict[str, Any]) -> lis
     kernel_codes: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for device in devices():
         x = activation.to(device)
-        for codec_name in ("none", "float16", "int8"):
+        ways: list[tuple[str, str, Callable[[Any, torch.Tensor], bytes]]] = [
+            (codec_name, f"codec {codec_name}", lambda c, x: c.encode(x))
+            for codec_name in ("none", "float16", "int8")
+        ]
+        if device == "cuda":
+            # How the lossy codecs ran before they encoded on the device: copied to the host first.
+            ways += [
+                (codec_name, f"codec {codec_name} via the host", lambda c, x: c.encode(x.cpu()))
+                for codec_name in ("float16", "int8")
+            ]
+        for codec_name, what, encode in ways:
             codec = get_codec(codec_name)
-            enc_s, data = timed(lambda c=codec, x=x: c.encode(x), device, **reps)
+            enc_s, data = timed(lambda c=codec, x=x, e=encode: e(c, x), device, **reps)
             dec_s, decoded = timed(
                 lambda c=codec, d=data, dev=device: c.decode(d, shape, torch.float32).to(dev), device, **reps
             )
@@ -148,7 +159,7 @@ def codec_rows(name: str, activation: torch.Tensor, reps: dict[str, Any]) -> lis
                     "activation": name,
                     "shape": shape,
                     "device": device,
-                    "what": f"codec {codec_name}",
+                    "what": what,
                     "bytes_per_element": len(data) / activation.numel(),
                     "encode_ms": enc_s * 1e3,
                     "decode_ms": dec_s * 1e3,

@@ -104,7 +104,8 @@ class Float16Compression:
     _FP16_MAX = torch.finfo(torch.float16).max
 
     def encode(self, t: Tensor) -> bytes:
-        t = t.detach().cpu().float().clamp(-self._FP16_MAX, self._FP16_MAX)
+        # Halved where the tensor lives: a GPU peer sends half the bytes across to the host.
+        t = t.detach().float().clamp(-self._FP16_MAX, self._FP16_MAX)
         return _raw_bytes(t.to(torch.float16))
 
     def decode(self, data: Buffer, shape: tuple[int, ...] | list[int], dtype: torch.dtype) -> Tensor:
@@ -132,23 +133,37 @@ class BlockwiseInt8:
                 f"int8 blocksize must be one of {sorted(_INT8_VALID_BLOCKSIZES)}, got {blocksize}"
             )
         self.blocksize = blocksize
+        self._code_books: dict[torch.device, Tensor] = {}
 
     @functools.cached_property
     def _code(self) -> Tensor:
         return bitsandbytes_functional().create_dynamic_map().float()
 
+    def _code_on(self, device: torch.device) -> Tensor:
+        """The code book on `device`, copied there once."""
+        if device.type == "cpu":
+            return self._code
+        book = self._code_books.get(device)
+        if book is None:
+            book = self._code_books[device] = self._code.to(device)
+        return book
+
     def encode(self, t: Tensor) -> bytes:
-        flat = t.detach().cpu().float().contiguous().reshape(-1)
+        # Quantized where the tensor lives: bitsandbytes' GPU kernels are hundreds of times the host's
+        # on a stage's activations (bench/gpu_path.py), and only the codes, a quarter of the float32
+        # bytes, cross to the host. A GPU rounds a few values into the neighbouring bucket where the
+        # host would not: every receiver decodes the bytes sent, so members still agree bit for bit.
+        flat = t.detach().float().contiguous().reshape(-1)
         if flat.numel() == 0:
             return self._HEADER.pack(0, self.blocksize, 0)
         codes, state = bitsandbytes_functional().quantize_blockwise(
-            flat, code=self._code, blocksize=self.blocksize
+            flat, code=self._code_on(flat.device), blocksize=self.blocksize
         )
-        absmax = state.absmax.float().contiguous()
+        absmax = state.absmax.float().contiguous().cpu()
         return (
             self._HEADER.pack(flat.numel(), self.blocksize, absmax.numel())
             + absmax.numpy().tobytes()
-            + codes.numpy().tobytes()
+            + codes.cpu().numpy().tobytes()
         )
 
     def decode(self, data: Buffer, shape: tuple[int, ...] | list[int], dtype: torch.dtype) -> Tensor:
