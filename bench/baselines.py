@@ -14,10 +14,12 @@ run's size, each stage's gradient is the batch-mean gradient, every gradient is 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
 import socket
+import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -161,7 +163,15 @@ def _free_port() -> int:
 
 
 def _pipeline_worker(
-    rank: int, cfg: TrainConfig, steps: int, warmup: int, port: int, result_path: str, schedule_name: str
+    rank: int,
+    cfg: TrainConfig,
+    steps: int,
+    warmup: int,
+    port: int,
+    result_path: str,
+    schedule_name: str,
+    checkpoint_dir: str | None,
+    resume: bool,
 ) -> None:
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
@@ -186,12 +196,22 @@ def _pipeline_worker(
         kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule_name]
         schedule = kind(stage, n_microbatches=cfg.microbatches, loss_fn=loss_fn)
         optimizer = make_optimizer(cfg.run_spec(), list(module.parameters()))
+        checkpoint = Path(checkpoint_dir) / f"stage-{rank}.pt" if checkpoint_dir else None
+        first_step = 0
+        if checkpoint is not None and resume:
+            saved = torch.load(checkpoint)
+            module.load_state_dict(saved["module"])
+            optimizer.load_state_dict(saved["optimizer"])
+            first_step = saved["step"]
+        dist.barrier()
+        resumed_at = time.time()
         source = SampleSource(
             stdlib_corpus(), cfg.seq_len, cfg.seed, token_bytes=get_preset(cfg.preset).token_bytes
         )
         losses: list[float] = []
+        step_ends: list[float] = []
         timed_s = 0.0
-        for step in range(steps):
+        for done, step in enumerate(range(first_step, first_step + steps)):
             dist.barrier()
             started = time.perf_counter()
             inputs, targets = source.batch(step * cfg.batch_size, cfg.batch_size)
@@ -208,10 +228,14 @@ def _pipeline_worker(
             scale = clip_scale([float(norm_sq)])
             grads = [p.grad * scale for p in module.parameters()]
             apply_gradients(module, optimizer, grads, _rate(cfg, step))
-            if step >= warmup:
+            if done >= warmup:
                 timed_s += time.perf_counter() - started
+            step_ends.append(time.time())
             if rank == world - 1:
                 losses.append(sum(float(x.detach()) for x in mb_losses) / len(mb_losses))
+        if checkpoint is not None:
+            state = {"module": module.state_dict(), "optimizer": optimizer.state_dict()}
+            torch.save({**state, "step": first_step + steps}, checkpoint)
         if rank == world - 1:
             timed = steps - warmup
             Path(result_path).write_text(
@@ -220,6 +244,8 @@ def _pipeline_worker(
                         "samples_per_s": timed * cfg.batch_size / timed_s if timed_s else 0.0,
                         "losses": losses,
                         "timed_steps": timed,
+                        "resumed_at": resumed_at,
+                        "step_ends": step_ends,
                     }
                 )
             )
@@ -228,9 +254,19 @@ def _pipeline_worker(
         dist.destroy_process_group()
 
 
-def torch_pipeline(cfg: TrainConfig, steps: int, warmup: int, schedule: str) -> dict[str, Any]:
+def torch_pipeline(
+    cfg: TrainConfig,
+    steps: int,
+    warmup: int,
+    schedule: str,
+    *,
+    checkpoint_dir: str | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
     """A torch.distributed.pipelining baseline (`schedule`: gpipe or 1f1b) in `num_stages` spawned
-    processes; samples/s measured on the last stage."""
+        processes; samples/s measured on the last stage. With `checkpoint_dir` each stage saves its
+        parameters, optimizer state and step count there after its last step and, with `resume`, first
+    goes on from what is there."""
     import torch.multiprocessing as mp
 
     if schedule not in SCHEDULES:
@@ -239,7 +275,7 @@ def torch_pipeline(cfg: TrainConfig, steps: int, warmup: int, schedule: str) -> 
         result_path = os.path.join(tmp, "result.json")
         mp.spawn(
             _pipeline_worker,
-            args=(cfg, steps, warmup, _free_port(), result_path, schedule),
+            args=(cfg, steps, warmup, _free_port(), result_path, schedule, checkpoint_dir, resume),
             nprocs=cfg.num_stages,
             join=True,
         )
@@ -255,6 +291,29 @@ def gpipe(cfg: TrainConfig, steps: int, warmup: int) -> dict[str, Any]:
 
 def one_f_one_b(cfg: TrainConfig, steps: int, warmup: int) -> dict[str, Any]:
     return torch_pipeline(cfg, steps, warmup, "1f1b")
+
+
+def pipeline_restart(cfg: TrainConfig, steps: int = 4) -> dict[str, Any]:
+    """What a fixed 1F1B pipeline loses when it restarts from its checkpoint: every stage's process
+    started again (a member's death ends the whole group's collectives), the group formed, each stage
+    built and its checkpoint loaded, and the first step run, which also sizes the pipeline's buffers.
+
+    `restart_s` is the time from the launch to the end of the first step after it, less one steady
+    step: the time the pipeline trained nothing. Detecting the death and finding a replacement machine
+    are not counted (they favour the fixed pipeline)."""
+    with tempfile.TemporaryDirectory(prefix="bench-restart-") as checkpoint_dir:
+        torch_pipeline(cfg, 1, 0, "1f1b", checkpoint_dir=checkpoint_dir)
+        launched = time.time()
+        resumed = torch_pipeline(cfg, steps, 1, "1f1b", checkpoint_dir=checkpoint_dir, resume=True)
+    ends = resumed["step_ends"]
+    steady_step_s = statistics.median(b - a for a, b in itertools.pairwise(ends))
+    return {
+        "restart_s": ends[0] - launched - steady_step_s,
+        "launch_to_loaded_s": resumed["resumed_at"] - launched,
+        "first_step_s": ends[0] - resumed["resumed_at"],
+        "steady_step_s": steady_step_s,
+        "processes": resumed["processes"],
+    }
 
 
 def loss_check(single: dict[str, Any], pipe: dict[str, Any]) -> dict[str, Any]:

@@ -40,8 +40,10 @@ restart from its last checkpoint when any member dies, which is modelled, not ru
 (`bench.ideal.fixed_pipeline_samples`), with figures that favour it: it trains at the ideal rate of
 the same peers placed evenly (no communication or bubble), checkpoints for free after every step
 (so a death costs it at most the step in progress), dies at the same moments as the swarm's
-peers, and is back after the time the swarm's replacements took from process start to being
-assigned a stage (the median; before any checkpoint download, which the fixed pipeline gets free).
+peers, and is back after a restart measured for real after the churn window
+(`bench.baselines.pipeline_restart`: a 1F1B pipeline of the same model relaunched from its
+checkpoint, one rank per core, until its first step is done), with no time to notice the death or to
+find a replacement machine.
 
 Rates: samples of the steps after the warm-up over the time between their commits (created_at of
 the last warm-up step to that of the last step). Moves are `rebalance` events; samples lost to moves
@@ -55,6 +57,7 @@ time_coordinator_s over the timed steps, where the coordinator records them.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import signal
 import statistics
@@ -66,7 +69,7 @@ from typing import Any, Literal
 
 import torch
 
-from bench.baselines import TrainConfig, one_f_one_b, single_process
+from bench.baselines import TrainConfig, one_f_one_b, pipeline_restart, single_process
 from bench.ideal import best_placement, even_placement, fixed_pipeline_samples, placement_rate
 from bench.report import RESULTS_DIR, print_table, write_results
 from launch.local_swarm import LocalSwarm
@@ -340,6 +343,14 @@ def run_scenario(scenario: Scenario, timing: Timing) -> dict[str, Any]:
     return result
 
 
+def _restart_config(cfg: TrainConfig) -> TrainConfig:
+    """The pipeline whose restart is measured: the run's model and shapes with one rank per core of this
+    machine (on its own device no rank would wait for another's start-up), and a batch of two
+    microbatches per stage (the steady step is subtracted; the batch only makes the measurement long)."""
+    ranks = min(cfg.num_stages, os.cpu_count() or 1)
+    return replace(cfg, num_stages=ranks, batch_size=2 * ranks * cfg.microbatch_size)
+
+
 def _fixed_pipeline(
     scenario: Scenario,
     stage_seconds: list[float],
@@ -360,13 +371,13 @@ def _fixed_pipeline(
         for i, t in enumerate(replacement_starts)
         if f"local-{n + i}" in assigned
     ]
-    restart_s = statistics.median(delays) if delays else timing.churn_s
+    restart = pipeline_restart(_restart_config(cfg))
     rate = placement_rate(stage_seconds, scenario.slowdowns, even_placement(n, cfg.num_stages))
     samples = fixed_pipeline_samples(
         rate=rate,
         duration_s=timing.churn_s,
         deaths_s=[k - window_start for k in kills],
-        restart_s=restart_s,
+        restart_s=restart["restart_s"],
         checkpoint_every_s=cfg.batch_size / rate,
     )
     return {
@@ -374,7 +385,8 @@ def _fixed_pipeline(
         "replacement_ready_s": delays,
         "fixed_pipeline_samples_per_s": samples / timing.churn_s,
         "fixed_pipeline_rate_without_deaths": rate,
-        "fixed_pipeline_restart_s": restart_s,
+        "fixed_pipeline_restart_s": restart["restart_s"],
+        "fixed_pipeline_restart": restart,
         "fixed_pipeline_checkpoint_every_steps": 1,
     }
 

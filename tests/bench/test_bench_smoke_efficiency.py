@@ -32,3 +32,6 @@ def test_efficiency_smoke(tmp_path: Path) -> None:
     churn = next(row for row in swarm if "churn" in row["system"])
     assert churn["kills"] >= 1
     assert {"fixed_pipeline_samples_per_s", "vs_fixed_pipeline"} <= churn.keys()
+    restart = churn["fixed_pipeline_restart"]
+    assert restart["restart_s"] == churn["fixed_pipeline_restart_s"]
+    assert restart["launch_to_loaded_s"] > 0 and restart["processes"] == 2

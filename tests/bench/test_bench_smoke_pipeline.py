@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.baselines import TrainConfig
+from bench.baselines import TrainConfig, torch_pipeline
 from bench.compression import averaging_bytes_per_step
 from tests.bench.smoke_runner import run_smoke
 
@@ -82,3 +82,15 @@ def test_square_cube_smoke(tmp_path: Path) -> None:
             "comm_share_int8",
         } <= row.keys()
         assert 0.0 < row["comm_share_float32"] < 1.0
+
+
+def test_a_pipeline_restarted_from_its_checkpoint_goes_on_as_if_never_stopped(tmp_path: Path) -> None:
+    """The fixed pipeline the churn benchmark restarts resumes its parameters, optimizer state and
+    step count: one step, a restart, two more steps give the losses of three steps in one launch (the
+    third loss depends on the optimizer's moments after the second step)."""
+    cfg = TrainConfig(preset="tiny", num_stages=2, batch_size=8, microbatch_size=4, seq_len=32)
+    straight = torch_pipeline(cfg, 3, 0, "1f1b")
+    torch_pipeline(cfg, 1, 0, "1f1b", checkpoint_dir=str(tmp_path))
+    resumed = torch_pipeline(cfg, 2, 0, "1f1b", checkpoint_dir=str(tmp_path), resume=True)
+    assert resumed["losses"] == pytest.approx(straight["losses"][1:], rel=1e-6)
+    assert resumed["losses"][0] != pytest.approx(straight["losses"][0], rel=1e-3)
