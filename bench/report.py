@@ -4,6 +4,7 @@ versions) and a plot next to it, named <benchmark>_<hardware>_<date>."""
 from __future__ import annotations
 
 import datetime as dt
+import importlib.metadata
 import json
 import platform
 import subprocess
@@ -29,13 +30,15 @@ def hardware_tag() -> str:
 def environment() -> dict[str, Any]:
     versions: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
     for name in ("torch", "bitsandbytes", "fastapi", "sqlalchemy", "websockets"):
+        # Read from the installed metadata: importing bitsandbytes to ask costs seconds and logs noise.
         try:
-            versions[name] = __import__(name).__version__
-        except ImportError:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     try:
+        # "-dirty" when the tree measured had uncommitted changes.
         commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+            ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
         )
         versions["commit"] = commit.stdout.strip() or None
     except OSError:
