@@ -1,8 +1,10 @@
 """In-process publish/subscribe of dashboard frames, per run.
 
 Publishing never blocks: each subscriber has a bounded queue, and a subscriber that falls behind
-loses its oldest frames (a dashboard cares about the latest state; it can reconnect for a fresh
-snapshot). `publish` may be called from any thread: synchronous routes run in a thread pool.
+loses its oldest frames (a dashboard cares about the latest state). Frames are updates, so one lost
+leaves a dashboard wrong until the thing it described changes again: the feed asks `caught_up`
+before each frame and sends a fresh snapshot instead of the rest of a queue that overflowed.
+`publish` may be called from any thread: synchronous routes run in a thread pool.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class Subscription:
         self.run_id = run_id
         self.dropped = 0
         """Frames discarded because this subscriber was too slow."""
+        self._dropped_seen = 0
         self._queue: deque[dict[str, Any]] = deque(maxlen=maxsize)
         self._ready = asyncio.Event()
         self._loop = asyncio.get_running_loop()
@@ -41,6 +44,16 @@ class Subscription:
             self._deliver(message)
         elif not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._deliver, message)
+
+    def caught_up(self) -> bool:
+        """False once after frames were dropped, with the queue emptied: the subscriber needs a
+        snapshot, which holds everything queued and dropped. Frames published after this call are
+        queued as usual (a snapshot read after them repeats what they say, which is harmless)."""
+        if self.dropped == self._dropped_seen:
+            return True
+        self._dropped_seen = self.dropped
+        self._queue.clear()
+        return False
 
     async def get(self) -> dict[str, Any]:
         while not self._queue:

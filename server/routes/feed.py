@@ -125,7 +125,11 @@ async def run_feed(websocket: WebSocket, run_id: RunId) -> None:
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if frame in done:
-                    await websocket.send_json(frame.result())
+                    if subscription.caught_up():
+                        await websocket.send_json(frame.result())
+                    else:
+                        # This frame is older than the snapshot, which replaces the page's state.
+                        await websocket.send_json(await run_in_threadpool(_snapshot, websocket, run_id))
                 else:
                     frame.cancel()
                 if disconnected in done:

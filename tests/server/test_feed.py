@@ -42,6 +42,24 @@ def test_slow_subscribers_lose_their_oldest_frames():
     asyncio.run(scenario())
 
 
+def test_a_subscriber_that_lost_frames_is_told_once_and_its_queue_emptied():
+    async def scenario():
+        hub = FeedHub(queue_size=3)
+        async with hub.subscribe(1) as sub:
+            hub.publish(1, {"n": 0})
+            await sub.get()
+            assert sub.caught_up()
+            for n in range(1, 6):
+                hub.publish(1, {"n": n})
+            await sub.get()
+            assert not sub.caught_up()
+            hub.publish(1, {"n": 6})
+            assert await sub.get() == {"n": 6}
+            assert sub.caught_up()
+
+    asyncio.run(scenario())
+
+
 def test_publishing_from_another_thread_wakes_the_subscriber():
     async def scenario():
         hub = FeedHub()
@@ -86,6 +104,25 @@ def test_feed_reports_new_peers(api, client, owner_headers, run_id):
         peer_frame, event_frame = ws.receive_json(), ws.receive_json()
         assert peer_frame["type"] == "peer" and peer_frame["peer"]["name"] == "p1"
         assert event_frame["event"]["kind"] == "peer_registered"
+
+
+def test_a_dashboard_that_fell_behind_gets_a_fresh_snapshot(client, owner_headers, run_id, monkeypatch):
+    """Frames are updates: a dashboard that lost some would stay wrong. A burst larger than its queue
+    (published within one turn of the server's loop, so the feed cannot drain it in between) is
+    followed by a snapshot, and the frames that were dropped are never sent."""
+    monkeypatch.setattr(client.app.state.feed, "_queue_size", 4)
+    with _feed(client, run_id, owner_headers) as ws:
+        assert ws.receive_json()["type"] == "snapshot"
+
+        def burst() -> None:
+            for n in range(50):
+                client.app.state.feed.publish(run_id, {"type": "ping", "n": n})
+
+        ws.portal.call(burst)
+        first = ws.receive_json()
+        assert first["type"] == "snapshot" and first["run"]["id"] == run_id
+        client.app.state.feed.publish(run_id, {"type": "ping", "n": "after"})
+        assert ws.receive_json() == {"type": "ping", "n": "after"}
 
 
 def test_feed_accepts_the_session_cookie(api, client, run_id):
