@@ -171,7 +171,7 @@ class Membership(StepCycle):
     def _assign(self, member: Member, stage: int, reason: str, now: float) -> None:
         """Give `member` a stage; it becomes routable once it reports StageReady for the current step."""
         self.stage_load = None
-        member.stage = stage
+        self._place(member, stage)
         member.ready = False
         member.restart_rate()
         member.load_failed_at = None
@@ -183,7 +183,9 @@ class Membership(StepCycle):
         member.assigned_at = now
         step = self.book.step
         # Peers already offered to another loading peer come last, so movers copy in parallel.
-        busy = {p for m in self.members.values() if m.loading and m is not member for p in m.offered_sources}
+        # Sources are always peers of the loader's own stage: only this stage's loaders can hold them.
+        loaders = [m for m in self.staged[stage].values() if m.loading and m is not member]
+        busy = {p for m in loaders for p in m.offered_sources}
         ranked = sorted(self.ready(stage), key=lambda m: (m.peer_id in busy, -m.effective_throughput))
         sources = ranked[:STATE_SOURCES] if step > 0 else []
         member.offered_sources = frozenset(m.peer_id for m in sources)
@@ -206,6 +208,7 @@ class Membership(StepCycle):
         again without it, unless the round already completed (the others apply the sum they agreed
         on) and the peer is not `distrusted` (removed as faulty: nothing of it is kept)."""
         del self.members[member.peer_id]
+        self._unplace(member)
         self.stage_load = None
         if member.rounds_held_up:
             self.held_up_before[member.peer_id] = member.rounds_held_up
@@ -391,10 +394,10 @@ class Membership(StepCycle):
         """
         if not self.rebalance or self.status != RunStatus.ACTIVE or self.phase != Phase.COLLECTING:
             return
-        if any(m.loading for m in self.members.values()):
-            return
         stage_empty = bool(self.unserved_stages())
         if not stage_empty and (self.book.samples_sent or now - self.last_decision < REBALANCE_INTERVAL_S):
+            return
+        if any(m.loading for m in self.members.values()):
             return
         self.last_decision = now
         links = inbound_link_rates({m.peer_id: m.links for m in self.members.values()})

@@ -95,6 +95,11 @@ class StepCycle:
         """Each stage's update of the last recorded step, re-sent to peers still holding its gradient."""
         self.phase = Phase.COLLECTING
         self.members: dict[int, Member] = {}
+        self.staged: dict[int, dict[int, Member]] = {}
+        """Stage -> the members assigned to it (peer id -> member), ready or not: what the questions
+        asked at every grant, join and ready read (which of a stage's peers are ready, which stages
+        have none) instead of every member of a swarm of thousands. Kept by `_place`, the one place
+        a member's stage changes, and `_unplace`."""
         self.rounds: dict[int, AveragingRound] = {}
         self.round_started: dict[int, float] = {}
         self.push_allowance: dict[int, float] = {}
@@ -129,13 +134,27 @@ class StepCycle:
         self._out: list[do.Decision] = []
 
     def ready(self, stage: int | None = None) -> list[Member]:
-        return [m for m in self.members.values() if m.ready and (stage is None or m.stage == stage)]
+        if stage is None:
+            return [m for m in self.members.values() if m.ready]
+        return [m for m in self.staged.get(stage, {}).values() if m.ready]
 
     def unserved_stages(self) -> list[int]:
-        """Stages with no ready peer, in one pass over the members (asked at every grant and ready,
-        of thousands of members)."""
-        served = {m.stage for m in self.members.values() if m.ready}
-        return [s for s in range(self.spec.num_stages) if s not in served]
+        """Stages with no ready peer (asked at every grant and ready): a stage's search stops at its
+        first ready peer, usually the first it looks at."""
+        return [
+            s
+            for s in range(self.spec.num_stages)
+            if not any(m.ready for m in self.staged.get(s, {}).values())
+        ]
+
+    def _place(self, member: Member, stage: int) -> None:
+        self._unplace(member)
+        member.stage = stage
+        self.staged.setdefault(stage, {})[member.peer_id] = member
+
+    def _unplace(self, member: Member) -> None:
+        if member.stage is not None:
+            self.staged.get(member.stage, {}).pop(member.peer_id, None)
 
     def _step_opened(self, now: float) -> None:
         """What the machine does once a new step is open (assign peers that waited, rebalance)."""

@@ -274,6 +274,27 @@ def test_a_rejoin_keeps_the_remembered_stage():
     assert (assign.stage, assign.reason) == (1, "rejoined its stage")
 
 
+def test_each_stages_members_are_indexed_through_joins_rejoins_and_departures():
+    # Grants, joins and readies ask which of a stage's peers are ready through `staged`, not by
+    # passing over every member: it must say what the members themselves say.
+    swarm = new_swarm(stages=3)
+    for peer_id in range(1, 7):
+        swarm.join(peer_id)
+    swarm.join(7, stage=2)
+    swarm.join(1, stage=2)  # a second channel of peer 1 rejoins onto another stage
+    swarm.feed(on.PeerLeft(now=swarm.now, peer_id=3, state=PeerState.LEFT, reason="goodbye"))
+    machine = swarm.machine
+    assert machine.unserved_stages() == [0, 1, 2]
+    for peer_id in sorted(machine.members):
+        swarm.ready(peer_id)
+    by_stage: dict[int | None, set[int]] = {}
+    for member in machine.members.values():
+        by_stage.setdefault(member.stage, set()).add(member.peer_id)
+    assert {stage: set(members) for stage, members in machine.staged.items() if members} == by_stage
+    assert {stage: {m.peer_id for m in machine.ready(stage)} for stage in range(3)} == by_stage
+    assert machine.unserved_stages() == []
+
+
 def test_after_step_zero_joiners_copy_from_the_fastest_ready_peers():
     swarm = new_swarm(step=5)
     swarm.join(1, throughput=5.0)
