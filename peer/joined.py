@@ -36,6 +36,7 @@ from swarmhub.wire import (
 )
 
 from .benchmark import measure_block_throughput
+from .compression import bitsandbytes_functional
 from .console import Console
 from .control import ControlChannel, control_url
 from .data import SampleSource
@@ -223,6 +224,9 @@ async def join(
         f"({run.microbatch_size} x {run.seq_len} tokens)…"
     )
     block_throughput = measure_block_throughput(preset, run, device) / settings.slowdown
+    if run.compression == "int8":
+        # Its ~2 s import now, before this peer serves or sends anything, not inside its first call.
+        bitsandbytes_functional()
     bound = f"{settings.listen_host}:{listener.getsockname()[1]}"
     console.say(
         f"benchmark: {block_throughput:.1f} samples/s per block; data plane bound on {bound}, "
