@@ -16,6 +16,10 @@ from swarmhub.settings import PeerSettings
 from swarmhub.wire import RunSpec
 
 MEMINFO = Path("/proc/meminfo")
+CUDA_WORKSPACE_BYTES = 68 * 2**20
+"""What a GPU peer holds beyond the estimate once it computes: cuBLAS's workspace, allocated at the
+first matrix product (68 MB of every peak measured on an H100, bench/gpu_path.py). The CUDA context
+is already out of the free memory read, which creates it."""
 
 
 class RunDoesNotFit(RuntimeError):
@@ -62,13 +66,15 @@ def check_fits(run: RunSpec, settings: PeerSettings) -> MemoryEstimate:
         if found is None:
             return estimate
         limit, source = found
-    if estimate.total > limit:
+    workspace = CUDA_WORKSPACE_BYTES if settings.device == "cuda" else 0
+    if estimate.total + workspace > limit:
+        cublas = f", cuBLAS workspace {format_bytes(workspace)}" if workspace else ""
         raise RunDoesNotFit(
-            f"run {run.run_id} ({run.name!r}) needs about {format_bytes(estimate.total)} on this peer"
-            f" (preset {run.model_preset}, {run.num_stages} stage(s), microbatch {run.microbatch_size}"
-            f" x {run.seq_len} tokens, {run.optimizer}: parameters {format_bytes(estimate.parameters)},"
-            f" optimizer {format_bytes(estimate.optimizer)}, gradients {format_bytes(estimate.gradients)},"
-            f" activations {format_bytes(estimate.activations)}), more than the {format_bytes(limit)}"
-            f" this peer may use ({source}); not joining it"
+            f"run {run.run_id} ({run.name!r}) needs about {format_bytes(estimate.total + workspace)} on"
+            f" this peer (preset {run.model_preset}, {run.num_stages} stage(s), microbatch"
+            f" {run.microbatch_size} x {run.seq_len} tokens, {run.optimizer}: parameters"
+            f" {format_bytes(estimate.parameters)}, optimizer {format_bytes(estimate.optimizer)}, gradients"
+            f" {format_bytes(estimate.gradients)}, activations {format_bytes(estimate.activations)}{cublas}),"
+            f" more than the {format_bytes(limit)} this peer may use ({source}); not joining it"
         )
     return estimate
