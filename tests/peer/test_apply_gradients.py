@@ -9,32 +9,13 @@ import torch
 from peer.model import build_stage
 from peer.stage_worker import StageWorker, apply_gradients, make_optimizer
 from swarmhub.presets import get_preset
-from swarmhub.wire import RunSpec
-
-
-def run_spec(optimizer: str) -> RunSpec:
-    return RunSpec(
-        run_id=1,
-        name="t",
-        model_preset="tiny",
-        dataset="python-stdlib",
-        num_stages=2,
-        target_batch_size=8,
-        microbatch_size=4,
-        seq_len=16,
-        optimizer=optimizer,
-        learning_rate=1e-2,
-        warmup_steps=0,
-        weight_decay=0.1,
-        compression="none",
-        seed=0,
-    )
+from tests.run_specs import run_spec
 
 
 def test_apply_step_equals_a_step_with_copied_gradients_and_leaves_the_sum_alone() -> None:
     preset = get_preset("tiny")
     for optimizer in ("adamw", "sgd"):
-        run = run_spec(optimizer)
+        run = run_spec(optimizer=optimizer, learning_rate=1e-2, weight_decay=0.1)
         worker = StageWorker(build_stage(preset, 1, 2, seed=0), run, 0, torch.device("cpu"))
         reference = build_stage(preset, 1, 2, seed=0)
         reference_optimizer = make_optimizer(run, list(reference.parameters()))

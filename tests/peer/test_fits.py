@@ -8,23 +8,15 @@ import pytest
 from peer import fits
 from peer.fits import CUDA_WORKSPACE_BYTES, RunDoesNotFit, check_fits, run_estimate
 from swarmhub.settings import PeerSettings
-from swarmhub.wire import RunSpec
+from tests.run_specs import run_spec
 
-RUN = RunSpec(
+RUN = run_spec(
     run_id=3,
     name="fits",
     model_preset="small",
-    dataset="python-stdlib",
-    num_stages=2,
     target_batch_size=32,
     microbatch_size=8,
     seq_len=128,
-    optimizer="adamw",
-    learning_rate=1e-3,
-    warmup_steps=0,
-    weight_decay=0.0,
-    compression="none",
-    seed=0,
 )
 
 

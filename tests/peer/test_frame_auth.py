@@ -37,7 +37,7 @@ from swarmhub.tickets import (
     run_ticket_key,
     run_ticket_public_key,
 )
-from swarmhub.wire import RunSpec
+from tests.run_specs import run_spec
 
 torch.set_num_threads(1)
 
@@ -348,21 +348,7 @@ def test_a_call_signature_never_passes_for_a_reply() -> None:
 
 
 def responder_server(signer: FrameSigner) -> StageServer:
-    run = RunSpec(
-        run_id=RUN,
-        name="t",
-        model_preset="tiny",
-        dataset="python-stdlib",
-        num_stages=2,
-        target_batch_size=8,
-        microbatch_size=4,
-        seq_len=32,
-        optimizer="adamw",
-        learning_rate=1e-3,
-        warmup_steps=0,
-        weight_decay=0.0,
-        compression="none",
-    )
+    run = run_spec(run_id=RUN, seq_len=32)
     server = StageServer(peer_id=RECEIVER, run=run, signer=signer, d_model=8, slowdown=1.0, max_bytes=LIMIT)
     server.verifier.trust(run_ticket_public_key(RUN_SECRET))
     server.verifier.observe(time.time(), [])

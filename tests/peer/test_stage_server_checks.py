@@ -28,6 +28,7 @@ from peer.stage_worker import StageWorker
 from swarmhub.presets import get_preset
 from swarmhub.tickets import issue_ticket, run_ticket_key, run_ticket_public_key
 from swarmhub.wire import ArbitrationVerdict, CompressionName, RunSpec
+from tests.run_specs import run_spec as any_run
 
 torch.set_num_threads(1)
 
@@ -39,22 +40,7 @@ VOCAB_SIZE = get_preset("tiny").vocab_size
 
 
 def run_spec(compression: CompressionName = "none") -> RunSpec:
-    return RunSpec(
-        run_id=RUN,
-        name="t",
-        model_preset="tiny",
-        dataset="python-stdlib",
-        num_stages=2,
-        target_batch_size=8,
-        microbatch_size=4,
-        seq_len=SEQ,
-        optimizer="adamw",
-        learning_rate=1e-3,
-        warmup_steps=0,
-        weight_decay=0.0,
-        compression=compression,
-        seed=SEED,
-    )
+    return any_run(run_id=RUN, seq_len=SEQ, compression=compression, seed=SEED)
 
 
 def signer_for(peer_id: int) -> FrameSigner:
