@@ -200,8 +200,15 @@ def out_of_proportion(contributions: dict[int, tuple[float, int]], history: list
     move it). With two, each is held against the other, or against the median of the stage's recent
     accepted rounds (`history`) if that is larger: the other may be a liar that shrank its own, and a
     spike the whole stage shares is nobody's fault. A lone member, or two with no history yet, has
-    nothing to be held against. A gradient that counts no samples is always out."""
-    rates = {peer: per_sample_norm(norm_sq, samples) for peer, (norm_sq, samples) in contributions.items()}
+    nothing to be held against. A gradient that counts no samples is always out; an empty one (no
+    samples, nothing summed: a member routed no work, say one whose rate restarted when it copied its
+    stage again) is neither judged nor a reference, so the member that did the step's work is not held
+    against history alone when the stage's gradients spike."""
+    rates = {
+        peer: per_sample_norm(norm_sq, samples)
+        for peer, (norm_sq, samples) in contributions.items()
+        if samples > 0 or norm_sq > 0
+    }
     flagged = {peer: math.inf for peer, rate in rates.items() if math.isinf(rate)}
     finite = {peer: rate for peer, rate in rates.items() if not math.isinf(rate)}
     if len(finite) >= 3:

@@ -92,6 +92,24 @@ def test_per_sample_norm() -> None:
         ),
         pytest.param({1: grad(8, 8.0 * 200)}, [1.0, 1.0], {}, id="lone-member-not-judged"),
         pytest.param(
+            # Seen in CI: a stage of two whose loss jumped, one member copying its stage again and
+            # routed nothing. The one that did all 64 samples was 81-89x the history three steps
+            # running and banned, honest; with an empty partner it is a lone member.
+            {1: grad(64, 64.0 * 85), 2: grad(0, 0.0)},
+            [1.0, 1.0, 1.0],
+            {},
+            id="two-one-empty-share-nothing",
+        ),
+        pytest.param(
+            # An empty contribution does not make a median of three either (it was the median's
+            # floor: 2 was 12x member 1): the other two are a stage of two, held against each other
+            # or the history, whichever is larger.
+            {1: grad(8, 8.0), 2: grad(8, 8.0 * 12), 3: grad(0, 0.0)},
+            [2.0],
+            {},
+            id="empty-is-no-reference",
+        ),
+        pytest.param(
             # History is not consulted when three members can outvote a liar.
             {1: grad(8, 8.0), 2: grad(8, 8.0), 3: grad(8, 8.0)},
             [0.01],
