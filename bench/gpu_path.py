@@ -294,14 +294,16 @@ def stage_rows(case: StageCase, microbatch: int, reps: dict[str, Any]) -> list[d
     return rows
 
 
-def pair_speedups(rows: list[dict[str, Any]], key: tuple[str, ...], metric: str) -> None:
-    """Add `cpu_over_cuda` (cpu's `metric` / cuda's) to each cuda row, matched on `key`."""
+def pair_speedups(
+    rows: list[dict[str, Any]], key: tuple[str, ...], metric: str, out: str = "cpu_over_cuda"
+) -> None:
+    """Add `out` (cpu's `metric` / cuda's) to each cuda row, matched on `key`."""
     cpu = {tuple(str(r.get(k)) for k in key): r for r in rows if r.get("device") == "cpu"}
     for row in rows:
         if row.get("device") == "cuda":
             other = cpu.get(tuple(str(row.get(k)) for k in key))
             if other and other.get(metric) and row.get(metric):
-                row["cpu_over_cuda"] = other[metric] / row[metric]
+                row[out] = other[metric] / row[metric]
 
 
 def startup_rows(cases: tuple[StageCase, ...], microbatches: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -460,108 +462,94 @@ def main(argv: list[str] | None = None) -> int:
             out_dir=args.out,
         )
 
-    section("1. codec: encode on the device, decode back onto it")
-    if "codec" not in args.parts:
-        print("skipped (--parts)")
-    else:
+    def run_part(name: str, title: str, measure: Callable[[], None]) -> None:
+        """One part: skipped unless asked for; a failure is recorded and the other parts still run."""
+        section(title)
+        if name not in args.parts:
+            print("skipped (--parts)")
+            return
         try:
-            activations = [
-                (f"{c.preset} mb{m}", stage0_activation(c, m, best)) for c in cases for m in microbatches
-            ]
-            if not args.smoke:
-                g = torch.Generator().manual_seed(2)
-                activations.append(("large-shape randn", torch.randn(*LARGE_ACTIVATION, generator=g)))
-            for name, activation in activations:
-                codec += codec_rows(name, activation, reps)
-            pair_speedups(codec, ("activation", "what"), "encode_ms")
-            for row in codec:
-                if row.get("device") == "cuda" and "cpu_over_cuda" in row:
-                    row["cpu_over_cuda_encode"] = row.pop("cpu_over_cuda")
-            pair_speedups(codec, ("activation", "what"), "decode_ms")
-            for row in codec:
-                if row.get("device") == "cuda" and "cpu_over_cuda" in row:
-                    row["cpu_over_cuda_decode"] = row.pop("cpu_over_cuda")
+            measure()
+        except Exception:
+            errors[name] = traceback.format_exc()
+            print(errors[name], flush=True)
+        save()
+
+    def measure_codec() -> None:
+        activations = [
+            (f"{c.preset} mb{m}", stage0_activation(c, m, best)) for c in cases for m in microbatches
+        ]
+        if not args.smoke:
+            g = torch.Generator().manual_seed(2)
+            activations.append(("large-shape randn", torch.randn(*LARGE_ACTIVATION, generator=g)))
+        for name, activation in activations:
+            codec.extend(codec_rows(name, activation, reps))
+        pair_speedups(codec, ("activation", "what"), "encode_ms", out="cpu_over_cuda_encode")
+        pair_speedups(codec, ("activation", "what"), "decode_ms", out="cpu_over_cuda_decode")
+        print_table(
+            [r for r in codec if r["what"] != "bnb kernel agreement"],
+            [
+                "activation",
+                "device",
+                "what",
+                "encode_ms",
+                "decode_ms",
+                "encode_MBps",
+                "decode_MBps",
+                "rel_l2_error",
+                "cpu_over_cuda_encode",
+                "cpu_over_cuda_decode",
+            ],
+        )
+        agreement = [r for r in codec if r["what"] == "bnb kernel agreement"]
+        if agreement:
             print_table(
-                [r for r in codec if r["what"] != "bnb kernel agreement"],
-                [
-                    "activation",
-                    "device",
-                    "what",
-                    "encode_ms",
-                    "decode_ms",
-                    "encode_MBps",
-                    "decode_MBps",
-                    "rel_l2_error",
-                    "cpu_over_cuda_encode",
-                    "cpu_over_cuda_decode",
-                ],
+                agreement,
+                ["activation", "codes_differing_fraction", "codes_max_step", "absmax_max_rel_diff"],
             )
-            agreement = [r for r in codec if r["what"] == "bnb kernel agreement"]
-            if agreement:
-                print_table(
-                    agreement,
-                    ["activation", "codes_differing_fraction", "codes_max_step", "absmax_max_rel_diff"],
+
+    def measure_stage() -> None:
+        for case in cases:
+            for microbatch in microbatches:
+                stage.extend(stage_rows(case, microbatch, step_reps))
+                print(
+                    f"  {case.preset} mb{microbatch} done ({time.monotonic() - started:.0f} s)",
+                    flush=True,
                 )
-        except Exception:
-            errors["codec"] = traceback.format_exc()
-            print(errors["codec"], flush=True)
-    save()
+        pair_speedups(stage, ("preset", "stage", "microbatch", "call"), "ms")
+        print_table(
+            stage,
+            [
+                "preset",
+                "stage",
+                "seq_len",
+                "microbatch",
+                "call",
+                "device",
+                "ms",
+                "samples_per_s",
+                "cpu_over_cuda",
+                "cuda_peak_bytes",
+                "cuda_peak_over_base_bytes",
+                "stage_param_bytes",
+                "estimate_bytes",
+            ],
+        )
+        startup.extend(startup_rows(cases, microbatches))
+        cpu_rate = {
+            (r["preset"], r["microbatch"]): r["block_samples_per_s"] for r in startup if r["device"] == "cpu"
+        }
+        for row in startup:
+            if row["device"] == "cuda":
+                row["cuda_over_cpu"] = (
+                    row["block_samples_per_s"] / cpu_rate[(row["preset"], row["microbatch"])]
+                )
+        print("start-up benchmark (peer/benchmark.py, one block):")
+        print_table(
+            startup, ["preset", "seq_len", "microbatch", "device", "block_samples_per_s", "cuda_over_cpu"]
+        )
 
-    section("2. stage step: StageWorker calls, inputs from and results to the CPU")
-    if "stage" not in args.parts:
-        print("skipped (--parts)")
-    else:
-        try:
-            for case in cases:
-                for microbatch in microbatches:
-                    stage += stage_rows(case, microbatch, step_reps)
-                    print(
-                        f"  {case.preset} mb{microbatch} done ({time.monotonic() - started:.0f} s)",
-                        flush=True,
-                    )
-            pair_speedups(stage, ("preset", "stage", "microbatch", "call"), "ms")
-            print_table(
-                stage,
-                [
-                    "preset",
-                    "stage",
-                    "seq_len",
-                    "microbatch",
-                    "call",
-                    "device",
-                    "ms",
-                    "samples_per_s",
-                    "cpu_over_cuda",
-                    "cuda_peak_bytes",
-                    "cuda_peak_over_base_bytes",
-                    "stage_param_bytes",
-                    "estimate_bytes",
-                ],
-            )
-            startup = startup_rows(cases, microbatches)
-            cpu_rate = {
-                (r["preset"], r["microbatch"]): r["block_samples_per_s"]
-                for r in startup
-                if r["device"] == "cpu"
-            }
-            for row in startup:
-                if row["device"] == "cuda":
-                    row["cuda_over_cpu"] = (
-                        row["block_samples_per_s"] / cpu_rate[(row["preset"], row["microbatch"])]
-                    )
-            print("start-up benchmark (peer/benchmark.py, one block):")
-            print_table(
-                startup, ["preset", "seq_len", "microbatch", "device", "block_samples_per_s", "cuda_over_cpu"]
-            )
-        except Exception:
-            errors["stage"] = traceback.format_exc()
-            print(errors["stage"], flush=True)
-    save()
-
-    section("3. swarm: coordinator + 2 peers, tiny, int8")
-    if "swarm" not in args.parts:
-        print("skipped (--parts)")
-    else:
+    def measure_swarm() -> None:
         ensure_commands()
         for device in devices():
             result = swarm_run(device, swarm_cfg, swarm_steps, peers=2, timeout_s=args.swarm_timeout)
@@ -578,6 +566,10 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             save()
+
+    run_part("codec", "1. codec: encode on the device, decode back onto it", measure_codec)
+    run_part("stage", "2. stage step: StageWorker calls, inputs from and results to the CPU", measure_stage)
+    run_part("swarm", "3. swarm: coordinator + 2 peers, tiny, int8", measure_swarm)
 
     path = save()
     print(f"\nresults: {path} ({time.monotonic() - started:.0f} s)")
