@@ -264,8 +264,8 @@ def torch_pipeline(
     resume: bool = False,
 ) -> dict[str, Any]:
     """A torch.distributed.pipelining baseline (`schedule`: gpipe or 1f1b) in `num_stages` spawned
-        processes; samples/s measured on the last stage. With `checkpoint_dir` each stage saves its
-        parameters, optimizer state and step count there after its last step and, with `resume`, first
+    processes; samples/s measured on the last stage. With `checkpoint_dir` each stage saves its
+    parameters, optimizer state and step count there after its last step and, with `resume`, first
     goes on from what is there."""
     import torch.multiprocessing as mp
 

@@ -135,17 +135,12 @@ class BlockwiseInt8:
         self.blocksize = blocksize
         self._code_books: dict[torch.device, Tensor] = {}
 
-    @functools.cached_property
-    def _code(self) -> Tensor:
-        return bitsandbytes_functional().create_dynamic_map().float()
-
     def _code_on(self, device: torch.device) -> Tensor:
-        """The code book on `device`, copied there once."""
-        if device.type == "cpu":
-            return self._code
+        """The code book on `device`, built there once (at the first int8 tensor, not at import)."""
         book = self._code_books.get(device)
         if book is None:
-            book = self._code_books[device] = self._code.to(device)
+            book = bitsandbytes_functional().create_dynamic_map().float().to(device)
+            self._code_books[device] = book
         return book
 
     def encode(self, t: Tensor) -> bytes:
@@ -194,7 +189,7 @@ class BlockwiseInt8:
         out = bitsandbytes_functional().dequantize_blockwise(
             torch.from_numpy(codes.copy()),
             absmax=torch.from_numpy(absmax.astype(np.float32)),
-            code=self._code,
+            code=self._code_on(torch.device("cpu")),
             blocksize=blocksize,
         )
         return out.reshape(tuple(shape)).to(dtype)

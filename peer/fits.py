@@ -67,10 +67,11 @@ def check_fits(run: RunSpec, settings: PeerSettings) -> MemoryEstimate:
             return estimate
         limit, source = found
     workspace = CUDA_WORKSPACE_BYTES if settings.device == "cuda" else 0
-    if estimate.total + workspace > limit:
+    needed = estimate.total + workspace
+    if needed > limit:
         cublas = f", cuBLAS workspace {format_bytes(workspace)}" if workspace else ""
         raise RunDoesNotFit(
-            f"run {run.run_id} ({run.name!r}) needs about {format_bytes(estimate.total + workspace)} on"
+            f"run {run.run_id} ({run.name!r}) needs about {format_bytes(needed)} on"
             f" this peer (preset {run.model_preset}, {run.num_stages} stage(s), microbatch"
             f" {run.microbatch_size} x {run.seq_len} tokens, {run.optimizer}: parameters"
             f" {format_bytes(estimate.parameters)}, optimizer {format_bytes(estimate.optimizer)}, gradients"
