@@ -124,6 +124,10 @@ class MessageRouter:
                 peer.pool.learn(message.state_sources)
                 if self._loading is not None:
                     self._loading.cancel()
+                if self._averaging is not None:
+                    # Assignments go out between rounds: a round this peer is still pushing for went
+                    # on without it, and its pushes would hold the upload the copy's requests need.
+                    self._averaging.cancel()
                 self._loading = self._background(load_stage(peer, message, self._averager), "loading stage")
             case SwarmView():
                 # Left out of its stage's sample while ready, this peer still routes to itself.

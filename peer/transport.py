@@ -36,6 +36,11 @@ MAX_FRAGMENTS = 100
 arriving by the percent (`FramePool.request`'s `on_fragment`), far below what a receiver reassembles
 (websockets refuses a message of over 4096 fragments)."""
 
+PACE_SLICE_S = 0.25
+"""An emulated send looks again this often whether its receiver still waits: a 1 MB reply on a
+choked link lasts minutes, and held whole after its caller gave up it kept every later send (a
+state copy's request, the next round's pushes) off the link."""
+
 TRANSFER_BASE_TIMEOUT_S = 10.0
 TRANSFER_MIN_BYTES_PER_S = 5e6
 """Stage states and gradient sums are given this much time to move (a slow link, not a choked one)."""
@@ -67,15 +72,20 @@ class UploadPacer:
         self._lock = asyncio.Lock()
 
     async def pace(self, nbytes: int, wanted: Callable[[], bool] | None = None) -> bool:
-        """Waits for the link and holds it for `nbytes`; False, at once when its turn comes, if the
-        send is no longer `wanted` (nothing is to be sent then)."""
+        """Waits for the link and holds it for `nbytes`; False if the send is no longer `wanted`, at
+        its turn or while on the link (whatever was left of it is not sent). A cancelled send
+        leaves the link at once, as the bytes of an aborted connection do."""
         if self._bytes_per_s is None:
             return True
         async with self._lock:
-            if wanted is not None and not wanted():
-                return False
-            await asyncio.sleep(nbytes / self._bytes_per_s)
-        return True
+            left = nbytes / self._bytes_per_s
+            while wanted is None or wanted():
+                if left <= 0:
+                    return True
+                held = min(left, PACE_SLICE_S)
+                await asyncio.sleep(held)
+                left -= held
+            return False
 
 
 class FrameServer:
@@ -197,8 +207,10 @@ class FramePool:
         # Timed from before the upload pacing: an emulated slow link must read as slow.
         started = time.monotonic()
         try:
-            await self._pacer.pace(len(frame))
             async with asyncio.timeout(timeout):
+                # Inside the timeout: a call that cannot get its bytes onto the link in time fails
+                # like one that is not answered in time, and gives the link up.
+                await self._pacer.pace(len(frame))
                 await connection.send(frame)
                 if on_fragment is None:
                     reply = await connection.recv()
