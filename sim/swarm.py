@@ -40,6 +40,7 @@ from peer.trainer import MAX_ATTEMPTS_PER_CALL, NO_PEER_PATIENCE_S, NO_PEER_WAIT
 from peer.transport import transfer_timeout_s
 from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
+from server.policies.join_hold import holds_the_step
 from server.policies.rate_estimate import RateEstimate
 from server.policies.rebalance import CODEC_BYTES_PER_ELEMENT, PeerLoad, choose_moves
 from server.policies.silence import Silence, silence, suspect_after_s
@@ -48,7 +49,6 @@ from server.policies.step_book import Grant, StepBook
 from server.policies.view_sample import PEERS_PER_STAGE
 from server.swarm.machine import SWARM_VIEW_REFRESH_S
 from server.swarm.membership import REBALANCE_INTERVAL_S, STATE_SOURCES
-from server.swarm.step_cycle import JOIN_HOLD_S
 from sim.averaging import Pusher, RoundOutcome, all_to_all_round, butterfly_round
 from sim.devices import PeerKind, stage_rate
 from sim.events import EventQueue
@@ -129,6 +129,8 @@ class _Peer:
     waiting: bool = False
     load_step: int = -1
     load_token: int = 0
+    copies_behind: int = 0
+    """`Member.copies_behind`."""
     assigned_at: float = 0.0
     free_at: float = 0.0
     queued: int = 0
@@ -406,13 +408,16 @@ class SwarmSim:
         self.tally.received["StageReady"] += 1
         self.loading.discard(p)
         if self.phase != COLLECTING:
+            peer.copies_behind += 1
             peer.waiting = True
             self.waiting.add(p)
             return
         if peer.load_step != self.book.step:
+            peer.copies_behind += 1
             self._assign(p, peer.stage)
             return
         peer.ready = True
+        peer.copies_behind = 0
         peer.claim = peer.kind.flops / self.model.flops[peer.stage] * self._noise()
         self.view[peer.stage].add(p)
         peer.counted = self._serves(p)
@@ -651,8 +656,7 @@ class SwarmSim:
     def _maybe_barrier(self) -> None:
         if self.phase != COLLECTING or not self.book.ready_for_barrier():
             return
-        now = self.now
-        if any(now - self.peers[p].assigned_at < JOIN_HOLD_S for p in self.loading):
+        if self._copy_holds_step():
             return
         self.phase = AVERAGING
         self.rounds = {
@@ -661,6 +665,11 @@ class SwarmSim:
         for s, round_ in self.rounds.items():
             self._restart_round(s, round_)
         self._maybe_record()
+
+    def _copy_holds_step(self) -> bool:
+        """`Member.holds_step` of any loading peer."""
+        now, peers = self.now, self.peers
+        return any(holds_the_step(now - peers[p].assigned_at, peers[p].copies_behind) for p in self.loading)
 
     def _restart_round(self, stage: int, round_: AveragingRound) -> None:
         """Send the round's barrier, and settle now, from its members' links, how it goes: complete
@@ -813,8 +822,8 @@ class SwarmSim:
 
     def _maybe_rebalance(self) -> None:
         """`Membership._maybe_rebalance`: at a step boundary (nothing granted yet) at most every
-        `REBALANCE_INTERVAL_S`, or at once for an empty stage; never while a peer is loading."""
-        if self.sc.mode != "swarm" or self.phase != COLLECTING or self.loading:
+        `REBALANCE_INTERVAL_S`, or at once for an empty stage; never while a copy holds the step."""
+        if self.sc.mode != "swarm" or self.phase != COLLECTING or self._copy_holds_step():
             return
         stage_empty = not all(self.view)
         if not stage_empty and (self.granted or self.now - self.last_decision < REBALANCE_INTERVAL_S):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from server.policies.join_hold import holds_the_step
 from server.policies.rate_estimate import RateEstimate
 from swarmhub.wire import CheckTally, PeerEndpoint
 
@@ -75,6 +76,9 @@ class Member:
     """Its trainer's spot-check totals as of its last heartbeat."""
     load_failed_at: float | None = None
     """When it last reported that it could not load its stage from any source offered."""
+    copies_behind: int = 0
+    """Its copies of its stage in a row that arrived after the step they were for had moved on
+    (`policies.join_hold`: steps no longer wait for its copies)."""
 
     def take_reading(self) -> None:
         """Count its latest heartbeat's rate as a reading of its rate on its stage, once it has served
@@ -122,3 +126,7 @@ class Member:
             and self.waiting_reason is None
             and self.load_failed_at is None
         )
+
+    def holds_step(self, now: float) -> bool:
+        """Copying its stage, and recently enough that the step's averaging and rebalancing wait."""
+        return self.loading and holds_the_step(now - self.assigned_at, self.copies_behind)

@@ -239,14 +239,17 @@ class Membership(StepCycle):
         if self.phase != Phase.COLLECTING:
             # Whatever it loaded predates the update being applied now: copy again at the boundary.
             member.waiting_reason = "state was behind; copying again"
+            member.copies_behind += 1
             return
         if message.step != step:
             behind = message.step < step
+            member.copies_behind += behind
             self._assign(
                 member, message.stage, f"state was {'behind' if behind else 'ahead'}; copying again", now
             )
             return
         member.ready = True
+        member.copies_behind = 0
         if message.origin == "checkpoint":
             self._event(
                 "stage_restored",
@@ -389,15 +392,16 @@ class Membership(StepCycle):
         (counted lost on its old stage), so moves are decided only while the step has granted no
         sample yet: at the step boundary, right after the last step was averaged and applied. The
         exception is a stage left without a peer: the pipeline is stalled, and the empty stage has
-        lost more of the step than a donor could. Never while a peer is loading a stage (a move
-        in progress), and not sooner than `REBALANCE_INTERVAL_S` after the last decision.
+        lost more of the step than a donor could. Never while a peer's copy of a stage holds the step
+        (a move in progress; `policies.join_hold`: a copy that outlasted that is not waited for), and
+        not sooner than `REBALANCE_INTERVAL_S` after the last decision.
         """
         if not self.rebalance or self.status != RunStatus.ACTIVE or self.phase != Phase.COLLECTING:
             return
         stage_empty = bool(self.unserved_stages())
         if not stage_empty and (self.book.samples_sent or now - self.last_decision < REBALANCE_INTERVAL_S):
             return
-        if any(m.loading for m in self.members.values()):
+        if any(m.holds_step(now) for m in self.members.values()):
             return
         self.last_decision = now
         links = inbound_link_rates({m.peer_id: m.links for m in self.members.values()})

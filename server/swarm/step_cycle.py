@@ -44,9 +44,6 @@ from swarmhub.wire import (
     SwarmView,
 )
 
-JOIN_HOLD_S = 15.0
-"""How long a step's averaging waits for peers still loading a stage. Without the wait a joiner
-could chase the run forever when steps are quicker than copying a stage."""
 RECORD_RETRY_S = 5.0
 """A step write that was not confirmed (a database hiccup) is asked for again this often."""
 GRANT_CAP_REFRESH_S = 10.0
@@ -163,7 +160,7 @@ class StepCycle:
     def _maybe_barrier(self, now: float) -> None:
         if self.phase != Phase.COLLECTING or not self.book.ready_for_barrier():
             return
-        if any(m.loading and now - m.assigned_at < JOIN_HOLD_S for m in self.members.values()):
+        if any(m.holds_step(now) for m in self.members.values()):
             return  # checked again when the joiner is ready, and on every tick
         self.phase = Phase.AVERAGING
         self.barrier_at = now

@@ -8,6 +8,7 @@ import pytest
 
 from server.policies.averaging import push_allowance_s
 from server.policies.grant_pacing import outstanding_cap
+from server.policies.join_hold import JOIN_HOLD_S
 from server.policies.rebalance import stage_bytes_per_sample
 from server.policies.step_book import StepBook
 from server.swarm import decisions as do
@@ -15,7 +16,7 @@ from server.swarm import inputs as on
 from server.swarm.machine import SWARM_VIEW_REFRESH_S, RunMachine
 from server.swarm.members import CLAIM_SLACK
 from server.swarm.membership import STRIKE_LIMIT
-from server.swarm.step_cycle import JOIN_HOLD_S, RECORD_RETRY_S, VIEW_GAP_S, MachineSettings, Phase
+from server.swarm.step_cycle import RECORD_RETRY_S, VIEW_GAP_S, MachineSettings, Phase
 from swarmhub.presets import get_preset
 from swarmhub.status import PeerState
 from swarmhub.wire import (
@@ -881,6 +882,38 @@ def test_a_loading_peer_holds_the_barrier_for_a_while_only():
     swarm.feed(on.Tick(now=swarm.now))
     assert swarm.machine.phase == Phase.AVERAGING
     assert 3 not in swarm.machine.rounds[0].group
+
+
+def test_a_copy_that_arrived_behind_is_not_waited_for_again():
+    """A joiner whose copy takes longer than a step collects plus the hold copies again every step;
+    waiting for each copy held every step for the hold (the simulator found one doing so for hours
+    in a swarm of 100). Its first copy is waited for, the next ones are not, and serving resets it."""
+    swarm = two_by_one()
+    swarm.join(3)
+    waits = []
+    for arrived_behind in range(3):
+        assert swarm.machine.members[3].copies_behind == arrived_behind
+        ids = swarm.train(1)
+        waited = 0.0
+        while swarm.machine.phase == Phase.COLLECTING:
+            swarm.now += 1
+            waited += 1
+            for peer_id in (1, 2, 3):
+                swarm.say(peer_id, Heartbeat(throughput=10.0, queue_length=0, samples_done=0))
+            swarm.feed(on.Tick(now=swarm.now))
+            assert waited < 10 * JOIN_HOLD_S, "the barrier waits for the copy for ever"
+        waits.append(waited)
+        assert 3 not in swarm.machine.rounds[0].group
+        # The copy arrives while the step averages: behind.
+        swarm.say(3, StageReady(stage=0, step=swarm.machine.book.step, origin="copied"))
+        (record,) = of(swarm.average(ids), do.RecordStep)
+        swarm.feed(on.StepRecorded(now=swarm.now, step=record.step))
+        (assign,) = of(swarm.apply_all(), do.AssignStage)
+        assert (assign.peer_id, assign.reason) == (3, "state was behind; copying again")
+    # The first barrier waits the hold; the others go at the step's last microbatch.
+    assert waits == [JOIN_HOLD_S, 0.0, 0.0]
+    swarm.ready(3)
+    assert swarm.machine.members[3].ready and swarm.machine.members[3].copies_behind == 0
 
 
 # ---- grant pacing ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from server.policies.join_hold import JOIN_HOLD_S
 from server.policies.step_book import StepBook
 from server.swarm import decisions as do
 from server.swarm import inputs as on
@@ -216,6 +217,22 @@ def test_the_tiny_run_that_bounced_moves_once_and_loses_nothing(seed: int) -> No
     h.steps(100)
     assert len(h.moves()) == 1, h.moves()
     assert h.placement() == (1, 2)
+    assert h.lost() == [0] * 100
+
+
+def test_a_copy_that_never_ends_holds_rebalancing_for_its_hold_only() -> None:
+    """Rebalancing waits for moves in progress, not for a copy that outlasted its hold: one peer
+    that never finished copying (a slow link chasing the run) stopped every later decision."""
+    h = harness([0, 0, 1])
+    h.speeds[4] = 10.0
+    h.join(4, 1)  # copies stage 1, and never says it is ready
+    h.now += JOIN_HOLD_S
+    h.heartbeats()
+    h.feed(on.Tick(now=h.now))
+    h.steps(100)
+    assert len(h.moves()) == 1, h.moves()
+    assert h.placement() == (1, 2)
+    assert h.machine.members[4].loading
     assert h.lost() == [0] * 100
 
 

@@ -1,0 +1,37 @@
+"""How long a step waits for a peer still copying its stage.
+
+A peer copying a stage holds the state of the step it was assigned at. If the step's averaging
+starts before the copy ends, the copy is one update behind when it arrives, and the peer must copy
+again at the next step. So a step's averaging waits a while (`JOIN_HOLD_S`) for copies under way:
+a joiner whose copy takes a little longer than a step collects gets in.
+
+A copy that arrived behind once is not waited for again. Its peer's copies take longer than a step
+collects plus the wait (a 184 MB head stage over a 20 Mbit/s link takes over a minute; a swarm of
+a hundred collects a step in half that), and waiting for each of them held every step, and every
+rebalancing decision, for the whole wait, for as long as the peer kept copying. The simulator
+showed both (`python -m sim run churn-100 --lifetime none`: a peer copying the head stage at every
+step for four simulated hours, no decision made after its first copy, 13 samples/s where the
+swarm's best placement does 2,285). Waiting longer for such a copy, doubling the wait each time it
+arrived behind, was tried in the simulator and lost more than it won: it brought peers on slow
+links into the heavy stages, whose all-to-all averaging then ran at their pace (a third of the
+rate in a run of slow joiners on a heavy stage). The peer copies on at no cost to the others, and
+gets in whenever a step collects for long enough.
+"""
+
+from __future__ import annotations
+
+JOIN_HOLD_S = 15.0
+"""How long a step's averaging (and rebalancing) waits for a copy under way."""
+
+
+def join_hold_s(arrived_behind: int) -> float:
+    """Seconds a step waits for a copy of a peer whose last `arrived_behind` copies in a row
+    arrived after the step they were for had moved on."""
+    if arrived_behind < 0:
+        raise ValueError(f"arrived_behind counts copies, got {arrived_behind}")
+    return JOIN_HOLD_S if arrived_behind == 0 else 0.0
+
+
+def holds_the_step(copying_for_s: float, arrived_behind: int) -> bool:
+    """Whether a copy begun `copying_for_s` ago still holds the step's averaging and rebalancing."""
+    return copying_for_s < join_hold_s(arrived_behind)

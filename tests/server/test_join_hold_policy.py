@@ -1,0 +1,30 @@
+"""How long a step waits for a copy: a while for a first one, not at all for a peer whose last copy
+arrived behind (it chases the run, and waiting for it held every step and every decision)."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.policies.join_hold import JOIN_HOLD_S, holds_the_step, join_hold_s
+
+
+@pytest.mark.parametrize(
+    ("copying_for_s", "arrived_behind", "holds"),
+    [
+        (0.0, 0, True),
+        (JOIN_HOLD_S - 0.1, 0, True),
+        (JOIN_HOLD_S, 0, False),
+        (0.0, 1, False),
+        (JOIN_HOLD_S - 0.1, 1, False),
+        (0.0, 10_000, False),
+    ],
+)
+def test_a_copy_holds_the_step_only_while_new_and_only_if_the_last_one_was_in_time(
+    copying_for_s, arrived_behind, holds
+):
+    assert holds_the_step(copying_for_s, arrived_behind) is holds
+
+
+def test_a_negative_count_is_refused():
+    with pytest.raises(ValueError, match="counts copies"):
+        join_hold_s(-1)
