@@ -132,6 +132,28 @@ def test_rebalancing_moves_peers_into_the_under_served_stage() -> None:
     assert swarm_report.samples_committed > static_report.samples_committed
 
 
+def test_rebalancing_goes_on_while_joiners_on_slow_links_chase_the_run() -> None:
+    # Joiners on 20 Mbit/s links are placed on the heavy last stage, whose 184 MB state they copy for
+    # over a minute while a step collects in seconds: each copy arrives behind, and they copy again.
+    # Waiting for their copies held every step and stopped rebalancing for good (no move after the
+    # first minute at the code before `server/policies/join_hold.py`; 55 steps instead of 81).
+    scenario = dataclasses.replace(
+        BASE,
+        averaging="all-to-all",
+        kinds=(T4,) * 12,
+        stages=(0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3),
+        mix=DeviceMix(devices={"t4": 1.0}, links={"slow": 1.0}),
+        join_rate_per_s=1 / 100,
+        duration_s=900.0,
+        target_batch_size=1024,
+    )
+    sim = SwarmSim(scenario)
+    report = sim.run()
+    chasing = [p for p in sim.peers if p.copies_behind > 0 and not p.ready]
+    assert chasing, "the scenario no longer has a peer chasing the run"
+    assert [move for move in report.moves if move.t > 300.0]
+
+
 def test_a_seed_replays_exactly_when_peers_die_with_calls_waiting_on_them() -> None:
     # Deaths fail the calls waiting on the dead peer and reschedule them at the same instant, in the
     # order they were sent: in set order (by object address) two runs of one seed went apart.
