@@ -59,20 +59,15 @@ async def load_stage(peer: JoinedPeer, assignment: StageAssignment, averager: Av
         # if the averaged gradient is still here, rather than copy what others hold.
         await averager.apply(assignment.apply)
     if not (worker is not None and worker.stage == assignment.stage and worker.step == assignment.step):
-        preset, step, device, kept = (
-            get_preset(run.model_preset),
-            assignment.step,
-            peer.device,
-            peer.server.kept,
-        )
+
+        def build() -> StageWorker:
+            module = build_stage(get_preset(run.model_preset), assignment.stage, run.num_stages, run.seed)
+            return StageWorker(module, run, assignment.step, peer.device, peer.server.kept)
+
         # On the compute thread: building a large stage (swarm-ref's head, 15 M parameters) on the
         # event loop held every peer's heartbeats past the timeout when eight of them started at once
         # on two cores, and the coordinator gave them all up.
-        worker = await peer.server.compute(
-            lambda: StageWorker(
-                build_stage(preset, assignment.stage, run.num_stages, run.seed), run, step, device, kept
-            )
-        )
+        worker = await peer.server.compute(build)
         origin = "initialized"
         try:
             if assignment.state_sources:
