@@ -39,10 +39,11 @@ from peer.routing import StageRouter
 from peer.trainer import MAX_ATTEMPTS_PER_CALL, NO_PEER_PATIENCE_S, NO_PEER_WAIT_S
 from peer.transport import transfer_timeout_s
 from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
+from server.policies.averaging_pace import StepAveraging
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.join_hold import holds_the_step
 from server.policies.rate_estimate import RateEstimate
-from server.policies.rebalance import CODEC_BYTES_PER_ELEMENT, PeerLoad, choose_moves
+from server.policies.rebalance import PeerLoad, choose_moves, stage_push_bytes
 from server.policies.silence import Silence, silence, suspect_after_s
 from server.policies.stage_choice import choose_stage
 from server.policies.step_book import Grant, StepBook
@@ -55,6 +56,7 @@ from sim.events import EventQueue
 from sim.ideal import ideal_rate
 from sim.results import Move, RunReport, SeriesRow
 from sim.scenario import Scenario
+from sim.stages import GRADIENT_BYTES_PER_PARAMETER
 from sim.tally import CoordinatorTally
 from swarmhub.probe import PROBE_TIMEOUT_S
 
@@ -159,6 +161,10 @@ class SwarmSim:
             raise ValueError("a fixed pipeline is simulated by sim.fixed, not SwarmSim")
         self.sc = sc
         self.model = sc.stage_model()
+        self._wire_gradient_bytes = stage_push_bytes(
+            [g // GRADIENT_BYTES_PER_PARAMETER for g in self.model.gradient_bytes], sc.compression
+        )
+        """Each stage's gradient sum as members push it, in the run's codec."""
         self.rng = random.Random(sc.seed)
         self.events = EventQueue()
         self.tally = CoordinatorTally()
@@ -687,7 +693,7 @@ class SwarmSim:
         barrier's push allowance from the slowest link measured among the members
         (`StepCycle._send_barrier`), each member's timeout as `Averager.average` takes it."""
         model, peers = self.model, self.peers
-        wire = model.gradient_bytes[stage] / 4 * CODEC_BYTES_PER_ELEMENT[self.sc.compression]
+        wire = self._wire_gradient_bytes[stage]
         # The coordinator sizes the allowance by an even stage's float32 sum (`_stage_gradient_bytes`).
         stage_bytes = sum(model.gradient_bytes) / self.S
         rates = [pushing_rate(self._link_reading(p), peers[p].rounds_held_up) for p in group]
@@ -839,6 +845,7 @@ class SwarmSim:
                 rate=peer.rate if peer.rate.count else RateEstimate().observe(peer.claim),
                 queue_length=peer.queued,
                 link_rate=peer.kind.bandwidth if peer.linked else None,
+                upload=pushing_rate(self._link_reading(p), peer.rounds_held_up),
             )
             for s in range(self.S)
             for p in self.view[s]
@@ -853,6 +860,9 @@ class SwarmSim:
             stage_costs=model.flops,
             state_bytes=model.state_bytes,
             bytes_per_sample=model.bytes_per_sample,
+            averaging=StepAveraging(
+                gradient_bytes=self._wire_gradient_bytes, batch_size=self.sc.target_batch_size
+            ),
         )
         if plan is None:
             return

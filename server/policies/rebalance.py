@@ -45,6 +45,10 @@ Empty stages come first: while a stage has no peer the pipeline is stalled, so e
 gets a peer at once, whatever the cost, from a stage that keeps one (the donor that leaves the
 occupied stages strongest; then the shortest queue, then the lowest id). A move never empties a
 stage. Every choice is deterministic.
+
+Averaging (with a `StepAveraging`; `averaging_pace`): the plan passes over a candidate whose
+joining a stage would lengthen the step's averaging, and before any plan, slow uplinks whose pushes
+pace the step's longest round move off its stage when the shorter step pays for their copies.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import NamedTuple
 
+from server.policies.averaging_pace import RoundBudget, StepAveraging, Uplink, choose_pace_moves, step_s
 from server.policies.rate_estimate import RateEstimate
 
 PLAN_MOVES = 32
@@ -81,6 +86,8 @@ class PeerLoad:
     queue_length: int = 0
     link_rate: float | None = None
     """Bytes per second its links were measured to carry; None: not measured, not capped."""
+    upload: float | None = None
+    """Bytes per second its averaging pushes are given (`averaging.pushing_rate`); None: unknown."""
 
     @classmethod
     def measured(
@@ -91,6 +98,7 @@ class PeerLoad:
         rate: RateEstimate,
         queue_length: int = 0,
         link_rate: float | None = None,
+        upload: float | None = None,
     ) -> PeerLoad:
         return cls(
             peer_id=peer_id,
@@ -101,6 +109,7 @@ class PeerLoad:
             settled=rate.settled,
             queue_length=queue_length,
             link_rate=link_rate,
+            upload=upload,
         )
 
 
@@ -121,6 +130,12 @@ def stage_bytes_per_sample(num_stages: int, seq_len: int, d_model: int, compress
         return [2.0 * tokens]
     middle = [5 * act] * (num_stages - 2)
     return [2 * tokens + 2 * act, *middle, 2 * act + tokens]
+
+
+def stage_push_bytes(stage_parameters: Sequence[int], compression: str) -> list[float]:
+    """Wire bytes of each stage's gradient sum as a member pushes it to another (`peer/averaging.py`
+    sends sums in the run's codec)."""
+    return [n * CODEC_BYTES_PER_ELEMENT[compression] for n in stage_parameters]
 
 
 def inbound_link_rates(reports: Mapping[int, Mapping[int, float]]) -> dict[int, float]:
@@ -145,6 +160,8 @@ class Move:
     """Seconds to copy the new stage's state at the mover's link rate."""
     fills_empty: bool = False
     """The target stage had no peer at all."""
+    eases_averaging: bool = False
+    """The peer's upload paced the step's longest averaging round (`averaging_pace`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,8 +181,18 @@ class Rebalance:
     """Samples expected to be gained over the horizon, pessimistically and net of the copies; 0 for
     moves that fill an empty stage (made whatever they cost)."""
     horizon_s: float
+    step_before_s: float = 0.0
+    step_after_s: float = 0.0
+    """A move that eases averaging: collecting plus the longest round, before and after."""
 
     def reason(self, move: Move) -> str:
+        if move.eases_averaging:
+            return (
+                f"its upload paced stage {move.from_stage}'s averaging: a step ~{self.step_before_s:.0f}s "
+                f"-> ~{self.step_after_s:.0f}s (estimated) by moving it to stage {move.to_stage}; "
+                f"copying its state takes ~{move.copy_s:.1f}s, {self.gain:.0f} samples gained over "
+                f"{self.horizon_s:.0f}s"
+            )
         if move.fills_empty:
             return (
                 f"stage {move.to_stage} had no peer: pipeline rate {self.rate_before:.1f} -> "
@@ -272,12 +299,15 @@ def choose_moves(
     stage_costs: Sequence[float] | None = None,
     state_bytes: Sequence[float] | None = None,
     bytes_per_sample: Sequence[float] | None = None,
+    averaging: StepAveraging | None = None,
 ) -> Rebalance | None:
     """The moves worth making now, or None.
 
     `stage_costs`: FLOPs (any unit) per sample of each stage, None: all equal. `state_bytes`: bytes
     a peer copies to join each stage, None: copying is free. `bytes_per_sample`: data-plane bytes
     per sample through a peer of each stage, to cap peers' rates by their measured links.
+    `averaging`: each stage's gradient sum and the step's samples, to keep slow uplinks from pacing
+    the step's averaging (`averaging_pace`); None: averaging is not weighed.
     """
     for name, values in (
         ("stage_costs", stage_costs),
@@ -286,6 +316,8 @@ def choose_moves(
     ):
         if values is not None and len(values) != num_stages:
             raise ValueError(f"{name} has {len(values)} stages, the run has {num_stages}")
+    if averaging is not None and len(averaging.gradient_bytes) != num_stages:
+        raise ValueError(f"averaging has {len(averaging.gradient_bytes)} stages, the run has {num_stages}")
     if stage_costs is not None and not all(c > 0 for c in stage_costs):
         raise ValueError(f"stage costs must be positive, got {list(stage_costs)}")
     for peer in peers:
@@ -304,7 +336,14 @@ def choose_moves(
     counts = [len(members) for members in swarm.members]
     if 0 in counts:
         return _fill_empty(swarm, counts, copy_s, horizon_s)
-    plan = _plan(swarm, counts)
+    budget = None
+    if averaging is not None:
+        eased = _ease_averaging(swarm, counts, averaging, copy_s, horizon_s)
+        if eased is not None:
+            return eased
+        uplinks = [Uplink(peer_id=p.peer_id, stage=p.stage, upload=p.upload) for p in peers]
+        budget = RoundBudget(uplinks, averaging.gradient_bytes, _collect_s(swarm, averaging))
+    plan = _plan(swarm, counts, budget)
     if not plan:
         return None
     best: tuple[float, int] | None = None
@@ -369,6 +408,59 @@ def choose_moves(
     )
 
 
+def _collect_s(swarm: _Swarm, averaging: StepAveraging) -> float:
+    """Seconds a step collects at the current placement's pipeline rate (means)."""
+    return step_s(averaging.batch_size, min(swarm.means({})), 0.0)
+
+
+def _ease_averaging(
+    swarm: _Swarm,
+    counts: Sequence[int],
+    averaging: StepAveraging,
+    copy_s: Callable[[int, int], float],
+    horizon_s: float,
+) -> Rebalance | None:
+    """The moves of the members whose uploads pace the step's averaging, if they pay
+    (`averaging_pace.choose_pace_moves`)."""
+    rate = min(swarm.means({}))
+    plan = choose_pace_moves(
+        [Uplink(peer_id=p.peer_id, stage=p.stage, upload=p.upload) for p in swarm.peers.values()],
+        averaging.gradient_bytes,
+        batch_size=averaging.batch_size,
+        pipeline_rate=rate,
+        rate_with_moves=lambda moved: min(swarm.means(moved)),
+        copy_s=copy_s,
+        movable=lambda peer_id: swarm.peers[peer_id].settled,
+        horizon_s=horizon_s,
+    )
+    if plan is None:
+        return None
+    moved = dict(plan.moves)
+    after = min(swarm.means(moved))
+    return Rebalance(
+        moves=tuple(
+            Move(
+                peer_id=peer_id,
+                from_stage=plan.from_stage,
+                to_stage=stage,
+                peer_rate=swarm.rate(peer_id, stage),
+                copy_s=copy_s(peer_id, stage),
+                eases_averaging=True,
+            )
+            for peer_id, stage in plan.moves
+        ),
+        rate_before=rate,
+        rate_after=after,
+        planned=_planned(counts, swarm, moved),
+        planned_rate=after,
+        copy_s=plan.copy_s,
+        gain=plan.gain,
+        horizon_s=horizon_s,
+        step_before_s=plan.step_before_s,
+        step_after_s=plan.step_after_s,
+    )
+
+
 def _pessimistic_gain(
     after: Sequence[tuple[float, float, float]],
     now: Sequence[tuple[float, float, float]],
@@ -417,6 +509,7 @@ class _Candidate(NamedTuple):
     peer_id: int
     throughput: float
     link_rate: float | None
+    upload: float | None
 
 
 class _Donors:
@@ -460,7 +553,7 @@ class _Donors:
         return order
 
 
-def _plan(swarm: _Swarm, counts: list[int]) -> list[tuple[int, int]]:
+def _plan(swarm: _Swarm, counts: list[int], budget: RoundBudget | None = None) -> list[tuple[int, int]]:
     """Moves, in order, from the current placement toward the planned one (see the module docstring).
 
     Each move goes to the candidate with the largest (pair, left, -index): pair, the weaker of the
@@ -469,6 +562,9 @@ def _plan(swarm: _Swarm, counts: list[int]) -> list[tuple[int, int]]:
     rate ascending and by rate on the target descending, until no unseen one can beat the best
     found: an unseen candidate leaves its donor at most `donor - own` of the next by own rate, and
     gives the target at most `floor + rate` of the next by rate there.
+
+    With a `budget`, a candidate whose joining would lengthen the step's averaging
+    (`RoundBudget.admits`) is passed over for that target.
     """
     rates = swarm.means({})
     counts = list(counts)
@@ -480,9 +576,13 @@ def _plan(swarm: _Swarm, counts: list[int]) -> list[tuple[int, int]]:
     )
     for index, p in enumerate(settled):
         grouped[p.stage].append(
-            _Candidate(swarm.own[p.peer_id][0], index, p.peer_id, p.throughput, p.link_rate)
+            _Candidate(swarm.own[p.peer_id][0], index, p.peer_id, p.throughput, p.link_rate, p.upload)
         )
     donors = [_Donors(swarm, stage, candidates) for stage, candidates in enumerate(grouped)]
+
+    def barred(c: _Candidate, target: int) -> bool:
+        return c.index in moved or (budget is not None and not budget.admits(target, c.upload))
+
     while len(plan) < PLAN_MOVES:
         weakest = min(range(swarm.num_stages), key=lambda s: (rates[s], s))
         floor = rates[weakest]
@@ -496,7 +596,7 @@ def _plan(swarm: _Swarm, counts: list[int]) -> list[tuple[int, int]]:
             by_own, by_target = donors[source].by_own, None
             i = j = 0
             while True:
-                while i < len(by_own) and by_own[i].index in moved:
+                while i < len(by_own) and barred(by_own[i], weakest):
                     i += 1
                 if i == len(by_own):
                     break
@@ -505,7 +605,7 @@ def _plan(swarm: _Swarm, counts: list[int]) -> list[tuple[int, int]]:
                     break
                 if by_target is None:
                     by_target = donors[source].by_target(weakest)
-                while j < len(by_target) and by_target[j][1].index in moved:
+                while j < len(by_target) and barred(by_target[j][1], weakest):
                     j += 1
                 if j == len(by_target):
                     # The rest each trail the first of their run of equal rates on the target.
@@ -531,6 +631,8 @@ def _plan(swarm: _Swarm, counts: list[int]) -> list[tuple[int, int]]:
         rates[weakest] += there
         counts[source] -= 1
         counts[weakest] += 1
+        if budget is not None:
+            budget.join(weakest, candidate.upload)
         plan.append((candidate.peer_id, weakest))
     return plan
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from server.policies.averaging import pushing_rate
+from server.policies.averaging_pace import StepAveraging
 from server.policies.grant_pacing import served_rate
 from server.policies.rate_estimate import RateEstimate
 from server.policies.rebalance import (
@@ -19,6 +21,7 @@ from server.policies.rebalance import (
     choose_moves,
     inbound_link_rates,
     stage_bytes_per_sample,
+    stage_push_bytes,
 )
 from server.policies.stage_choice import choose_stage
 from server.policies.step_book import StepBook
@@ -28,7 +31,7 @@ from server.swarm.blame import REPORT_WINDOW_S, Blame, Verdict
 from server.swarm.members import Member
 from server.swarm.step_cycle import MachineSettings, Phase, StepCycle
 from swarmhub.presets import get_preset
-from swarmhub.stage_cost import stage_flops, stage_state_bytes
+from swarmhub.stage_cost import stage_flops, stage_parameters, stage_state_bytes
 from swarmhub.status import PeerState, RunStatus
 from swarmhub.wire import (
     FAULTY_CLOSE_CODE,
@@ -416,6 +419,7 @@ class Membership(StepCycle):
                     rate=m.rate if m.rate.count else RateEstimate().observe(m.effective_throughput),
                     queue_length=m.queue_length,
                     link_rate=links.get(m.peer_id),
+                    upload=pushing_rate(m.inbound_link, m.rounds_held_up),
                 )
                 for m in self.ready()
                 if m.stage is not None
@@ -426,6 +430,10 @@ class Membership(StepCycle):
             state_bytes=stage_state_bytes(preset, spec.num_stages),
             bytes_per_sample=stage_bytes_per_sample(
                 spec.num_stages, spec.seq_len, preset.d_model, spec.compression
+            ),
+            averaging=StepAveraging(
+                gradient_bytes=stage_push_bytes(stage_parameters(preset, spec.num_stages), spec.compression),
+                batch_size=spec.target_batch_size,
             ),
         )
         if plan is None:

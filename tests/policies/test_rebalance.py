@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from server.policies.averaging_pace import StepAveraging
 from server.policies.rate_estimate import SETTLE_READINGS, RateEstimate
 from server.policies.rebalance import (
     COPY_SOURCES,
@@ -684,3 +686,61 @@ def test_unsettled_estimates_wait_for_enough_readings() -> None:
     settled = rate.observe(10.0)
     peers[0] = PeerLoad.measured(peer_id=1, stage=0, rate=settled)
     assert moves_of(decide(peers, 2)) == [(1, 0, 1)]
+
+
+# ---- averaging: slow uplinks off heavy stages (policies.averaging_pace) -------------------------
+
+MB = 1e6
+HEAVY_SUM, LIGHT_SUM = 14 * MB, 1.3 * MB
+SLOW_UPLOAD, FAST_UPLOAD = 2.5 * MB, 125 * MB
+
+
+def uploads_of(peers: list[PeerLoad], uploads: dict[int, float]) -> list[PeerLoad]:
+    return [dataclasses.replace(p, upload=uploads.get(p.peer_id, FAST_UPLOAD)) for p in peers]
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "expected"),
+    [
+        # Collecting 20 samples at 5/s takes 4 s; peer 3's push of stage 1's 14 MB sum takes 5.6 s
+        # at 20 Mbit/s: it would pace the step's averaging, so the next best peer goes instead.
+        pytest.param(20, [(1, 0, 1)], id="the slow uplink would pace the step"),
+        # 8 s of collecting: its push hides under it, and it is the best move for rates.
+        pytest.param(40, [(3, 0, 1)], id="its push hides under collecting"),
+    ],
+)
+def test_the_plan_passes_over_a_slow_uplink_that_would_pace_a_heavy_stage(
+    batch_size: int, expected: list[tuple[int, int, int]]
+) -> None:
+    peers = uploads_of(loads([10.0, 10.0, 12.0], [5.0]), {3: SLOW_UPLOAD})
+    assert moves_of(decide(peers, 2)) == [(3, 0, 1)]
+    averaging = StepAveraging(gradient_bytes=[LIGHT_SUM, HEAVY_SUM], batch_size=batch_size)
+    assert moves_of(decide(peers, 2, averaging=averaging)) == expected
+
+
+def test_slow_uplinks_pacing_a_heavy_stage_move_to_light_ones() -> None:
+    # Stage 2 (the heavy sum) has ten members, three on 20 Mbit/s uploads: its round takes
+    # 9 x 14 MB / 2.5 MB/s = 50 s after 8 s of collecting. The three leave for the light stages.
+    peers = uploads_of(
+        loads([200.0] * 3, [200.0] * 3, [51.2] * 10), {14: SLOW_UPLOAD, 15: SLOW_UPLOAD, 16: SLOW_UPLOAD}
+    )
+    averaging = StepAveraging(gradient_bytes=[LIGHT_SUM, LIGHT_SUM, HEAVY_SUM], batch_size=4096)
+    plan = decide(peers, 3, averaging=averaging, state_bytes=[20 * MB, 20 * MB, 180 * MB])
+    assert plan is not None
+    assert sorted(m.peer_id for m in plan.moves) == [14, 15, 16]
+    assert all(m.eases_averaging and m.from_stage == 2 and m.to_stage in (0, 1) for m in plan.moves)
+    assert plan.step_before_s == pytest.approx(8.0 + 9 * HEAVY_SUM / SLOW_UPLOAD)
+    assert plan.step_after_s < plan.step_before_s / 3
+    assert plan.gain > 0
+    assert "paced stage 2's averaging" in plan.reason(plan.moves[0])
+    # Made, the placement gives no reason for another move.
+    moved = {m.peer_id: m.to_stage for m in plan.moves}
+    after = [dataclasses.replace(p, stage=moved.get(p.peer_id, p.stage)) for p in peers]
+    again = decide(after, 3, averaging=averaging, state_bytes=[20 * MB, 20 * MB, 180 * MB])
+    assert again is None or not any(m.eases_averaging for m in again.moves)
+    assert again is None or all(m.to_stage != 2 or m.peer_id not in moved for m in again.moves)
+
+
+def test_averaging_must_name_every_stage() -> None:
+    with pytest.raises(ValueError, match="averaging has 1 stages"):
+        decide(loads([1.0], [1.0]), 2, averaging=StepAveraging(gradient_bytes=[1.0], batch_size=8))

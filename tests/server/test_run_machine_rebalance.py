@@ -54,6 +54,8 @@ class Harness:
     """Microbatch ids each peer holds in its gradient sum this step."""
     records: list[do.RecordStep] = field(default_factory=list)
     samples_done: dict[int, int] = field(default_factory=dict)
+    links: dict[int, float] = field(default_factory=dict)
+    """Peer -> the bytes/s every other peer measures to it, reported in their heartbeats."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -99,7 +101,8 @@ class Harness:
                 continue
             noisy = self.true_rate(peer_id, member.stage) * self.rng.uniform(1 - NOISE, 1 + NOISE)
             done = self.samples_done[peer_id] = self.samples_done.get(peer_id, 0) + 8
-            self.say(peer_id, Heartbeat(throughput=noisy, queue_length=0, samples_done=done))
+            links = {other: rate for other, rate in self.links.items() if other != peer_id}
+            self.say(peer_id, Heartbeat(throughput=noisy, queue_length=0, samples_done=done, links=links))
 
     def serve(self, microbatch_id: str) -> None:
         """Each stage's ready peers take the microbatch in turn."""
@@ -166,10 +169,12 @@ class Harness:
         return [r.samples_lost for r in self.records]
 
 
-def harness(placement: list[int], *, speeds: list[float] | None = None, seed: int = 0) -> Harness:
+def harness(
+    placement: list[int], *, speeds: list[float] | None = None, seed: int = 0, preset: str = "tiny"
+) -> Harness:
     """Peers 1, 2, ... on the given stages, all ready; by default each 10 samples/s on stage 0."""
     machine = RunMachine(
-        spec=spec(stages=max(placement) + 1),
+        spec=spec(stages=max(placement) + 1, preset=preset),
         status="active",
         data_key="k",
         book=StepBook(step=0, target_batch_size=32, microbatch_size=8, next_sample=0),
@@ -305,3 +310,20 @@ def test_an_emptied_stage_is_filled_at_once() -> None:
     (event,) = [e for e in of(out, do.RecordEvent) if e.kind == "rebalance"]
     assert event.data["fills_empty"] is True
     assert h.placement() == (1, 1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_slow_uplink_that_paces_the_heavy_stage_averaging_moves_off_it(seed: int) -> None:
+    # swarm-ref in four stages: the first and last hold the embeddings and the head (15 M parameters,
+    # 61 MB float32 sums), the middle two 2.7 M. Peer 8, on the head stage, uploads at 20 Mbit/s:
+    # pushing its sum to the four others takes ~97 s where a step collects in about a second.
+    h = harness([0, 1, 2, 3, 3, 3, 3, 3], seed=seed, preset="swarm-ref")
+    h.links = dict.fromkeys(range(1, 9), 125e6) | {8: 2.5e6}
+    h.steps(60)
+    moves = h.moves()
+    paced = [m for m in moves if "paced stage 3's averaging" in m.message]
+    assert [(m.peer_id, m.data["from_stage"]) for m in paced] == [(8, 3)], moves
+    assert h.machine.members[8].stage in (1, 2)
+    assert not [m for m in moves if m.peer_id == 8 and m.data["to_stage"] in (0, 3)], "and it never goes back"
+    assert len(moves) <= 3, moves
+    assert h.lost() == [0] * 60

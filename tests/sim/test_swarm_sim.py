@@ -154,6 +154,30 @@ def test_rebalancing_goes_on_while_joiners_on_slow_links_chase_the_run() -> None
     assert [move for move in report.moves if move.t > 300.0]
 
 
+def test_slow_uplinks_leave_the_heavy_stage_whose_averaging_they_paced() -> None:
+    # Three T4s on 20 Mbit/s links start among the twelve members of the head stage, whose 14 MB
+    # sums they push at 2.5 MB/s: its all-to-all round took ~60 s against a few seconds of
+    # collecting, and rates alone never moved them (their compute is a T4's like the others').
+    # At the code before `server/policies/averaging_pace.py` two of them were still there at the end
+    # and the run committed 104,448 samples; 391,168 with it.
+    slow = PeerKind(device="t4", link="slow")
+    scenario = dataclasses.replace(
+        BASE,
+        averaging="all-to-all",
+        peers=15,
+        kinds=(T4,) * 12 + (slow,) * 3,
+        stages=(0, 1, 2) + (3,) * 12,
+        target_batch_size=2048,
+        duration_s=1800.0,
+    )
+    sim = SwarmSim(scenario)
+    report = sim.run()
+    heavy = {0, 3}  # the embeddings' and the head's sums are 14 MB; the middle stages' 1.3 MB
+    assert all(p.stage not in heavy for p in sim.peers if p.kind.link == "slow")
+    static = SwarmSim(dataclasses.replace(scenario, mode="static")).run()
+    assert report.samples_committed > 2 * static.samples_committed
+
+
 def test_a_seed_replays_exactly_when_peers_die_with_calls_waiting_on_them() -> None:
     # Deaths fail the calls waiting on the dead peer and reschedule them at the same instant, in the
     # order they were sent: in set order (by object address) two runs of one seed went apart.

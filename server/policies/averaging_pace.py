@@ -1,0 +1,212 @@
+"""Whose upload paces a step's averaging, and which moves keep slow uplinks off heavy stages.
+
+Averaging is all-to-all (`peer/averaging.py`): at the barrier each member pushes its stage's
+gradient sum to the K - 1 others, one push after another through its upload. A stage's round lasts
+about (K - 1) x sum bytes / its slowest member's upload, and the next step collects only when every
+stage's round is done, so the longest round is added to every step. Rates alone place a peer by
+what it computes and what its links carry per sample: in the simulator's churn-100 swarm they put
+three T4s on 20 Mbit/s links in the 29-member head stage (14 MB sums), whose round then took 157 s
+against 7-60 s of collecting; on a middle stage (1.3 MB sums) the same peers push in a few seconds.
+
+Two rules, both pure, which `rebalance.choose_moves` applies when given a `StepAveraging`:
+- `RoundBudget.admits`: a move planned for rates may not make its new stage's round longer than
+  both the step's collecting and the longest round now;
+- `choose_pace_moves`: while the longest round outlasts the step's collecting, the outliers among
+  its stage's uploads (under half the median member's) move to the stages whose rounds they
+  lengthen least, if the shorter step gains more samples over the decision's horizon than their
+  copies cost.
+Members about as fast as the rest stay: a large stage's round is long because of K, which moving
+one member at a time barely shortens (an averaging pattern whose traffic does not grow with K
+would).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepAveraging:
+    """What a run's step averages: each stage's gradient sum as members push it, and the samples a
+    step collects before it averages."""
+
+    gradient_bytes: Sequence[float]
+    batch_size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Uplink:
+    """One member as averaging sees it."""
+
+    peer_id: int
+    stage: int
+    upload: float | None
+    """Bytes/s its pushes are given (`averaging.pushing_rate`); None: not measured, never the pace."""
+
+
+def round_s(members: int, gradient_bytes: float, slowest_upload: float | None) -> float:
+    """Seconds an all-to-all round of `members` takes at its slowest member's upload (0: nothing to
+    push, or no upload measured)."""
+    if members < 2 or slowest_upload is None or slowest_upload <= 0:
+        return 0.0
+    return (members - 1) * gradient_bytes / slowest_upload
+
+
+def stage_rounds(uplinks: Sequence[Uplink], gradient_bytes: Sequence[float]) -> list[float]:
+    """Each stage's round, from its members' uploads."""
+    counts = [0] * len(gradient_bytes)
+    slowest: list[float | None] = [None] * len(gradient_bytes)
+    for u in uplinks:
+        counts[u.stage] += 1
+        if u.upload is not None:
+            low = slowest[u.stage]
+            slowest[u.stage] = u.upload if low is None else min(low, u.upload)
+    return [round_s(k, g, s) for k, g, s in zip(counts, gradient_bytes, slowest, strict=True)]
+
+
+def averaging_budget_s(rounds: Sequence[float], collect_s: float) -> float:
+    """What averaging may take without a move lengthening the step: the longest round now, or the
+    step's collecting if longer (a round hidden under that costs nothing worth a copy)."""
+    return max(collect_s, max(rounds, default=0.0))
+
+
+class RoundBudget:
+    """Which stages a mover may join without lengthening the step's averaging: after it joins, its
+    new stage's round (one member more, and its upload if slower than the slowest there) must stay
+    within `averaging_budget_s`. Leaving a stage only shortens its round. Updated as a plan adds
+    members, so a plan's later moves see its earlier ones."""
+
+    def __init__(self, uplinks: Sequence[Uplink], gradient_bytes: Sequence[float], collect_s: float) -> None:
+        self.gradient_bytes = list(gradient_bytes)
+        self.counts = [0] * len(gradient_bytes)
+        self.slowest: list[float | None] = [None] * len(gradient_bytes)
+        for u in uplinks:
+            self._add(u.stage, u.upload)
+        self.rounds = [self.round_of(s) for s in range(len(gradient_bytes))]
+        self.budget_s = averaging_budget_s(self.rounds, collect_s)
+
+    def _add(self, stage: int, upload: float | None) -> None:
+        self.counts[stage] += 1
+        if upload is not None:
+            low = self.slowest[stage]
+            self.slowest[stage] = upload if low is None else min(low, upload)
+
+    def round_of(self, stage: int) -> float:
+        return round_s(self.counts[stage], self.gradient_bytes[stage], self.slowest[stage])
+
+    def admits(self, stage: int, upload: float | None) -> bool:
+        low = self.slowest[stage]
+        slowest = upload if low is None else (low if upload is None else min(low, upload))
+        return round_s(self.counts[stage] + 1, self.gradient_bytes[stage], slowest) <= self.budget_s
+
+    def join(self, stage: int, upload: float | None) -> None:
+        self._add(stage, upload)
+
+
+OUTLIER_SHARE = 0.5
+"""A member paces its stage's round as an outlier when its upload is under this share of the
+median member's there. Members about as fast as the rest are not moved for averaging: their round
+is long because the stage is large, which moving one of them at a time barely shortens, and the
+rate plan would bring it back (a peer moved back and forth every decision in a machine test)."""
+MOST_PACE_MOVES = 8
+"""Slow members a decision moves off one stage at most: several may share the slowest upload (the
+round is only as short as its slowest member left), and copies to few sources queue."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PacePlan:
+    moves: tuple[tuple[int, int], ...]
+    """(Peer id, stage it goes to), slowest upload first; all leave `from_stage`."""
+    from_stage: int
+    step_before_s: float
+    step_after_s: float
+    """Collecting plus the longest round, now and after the moves (rates at their means)."""
+    copy_s: float
+    """The longest of the movers' copies."""
+    gain: float
+    """Samples gained over the horizon, net of the copies."""
+
+
+def step_s(batch_size: int, pipeline_rate: float, longest_round_s: float) -> float:
+    """A step's seconds: collecting `batch_size` samples at the pipeline's rate, then averaging."""
+    collect = batch_size / pipeline_rate if pipeline_rate > 0 else math.inf
+    return collect + longest_round_s
+
+
+def choose_pace_moves(
+    uplinks: Sequence[Uplink],
+    gradient_bytes: Sequence[float],
+    *,
+    batch_size: int,
+    pipeline_rate: float,
+    rate_with_moves: Callable[[Mapping[int, int]], float],
+    copy_s: Callable[[int, int], float],
+    movable: Callable[[int], bool],
+    horizon_s: float,
+) -> PacePlan | None:
+    """Moves of the members that pace the step's longest round, or None.
+
+    Only while that round outlasts the step's collecting (`batch_size` samples at `pipeline_rate`):
+    below that, averaging is not what the step waits for. Its stage's members with uploads under
+    `OUTLIER_SHARE` of its median member's leave, slowest first (then lowest id), at most
+    `MOST_PACE_MOVES` (never the last: half the measured are at least the median); each goes to the stage
+    whose round it lengthens least, then the lowest index (its rate counts in the step through
+    `rate_with_moves`: the pipeline's rate with peers on the stages given). Of the first 1, 2, ...
+    of them (stopping at one that may not move: `movable`, an unsettled rate), the number with
+    the most samples over `horizon_s` is made, if any beats making none: the movers serve nothing
+    while they copy (`copy_s`), so a step shortened counts only for the horizon after the longest
+    copy."""
+    num_stages = len(gradient_bytes)
+    budget = RoundBudget(uplinks, gradient_bytes, 0.0)
+    rounds = budget.rounds
+    paced = max(range(num_stages), key=lambda s: (rounds[s], -s))
+    longest = rounds[paced]
+    if longest <= 0 or longest <= step_s(batch_size, pipeline_rate, 0.0):
+        return None
+    before = step_s(batch_size, pipeline_rate, longest)
+    measured = sorted((u.upload, u.peer_id) for u in uplinks if u.stage == paced and u.upload is not None)
+    median = statistics.median(upload for upload, _ in measured) if measured else 0.0
+    outliers = [(upload, peer_id) for upload, peer_id in measured if upload < OUTLIER_SHARE * median]
+    staying = budget.counts[paced]
+    baseline = horizon_s / before
+    best: PacePlan | None = None
+    moves: dict[int, int] = {}
+    longest_copy = 0.0
+    for k, (upload, peer_id) in enumerate(outliers[:MOST_PACE_MOVES], start=1):
+        if not movable(peer_id):
+            break
+        staying -= 1
+        target = min(
+            (t for t in range(num_stages) if t != paced),
+            key=lambda t: (_round_with(budget, t, upload), t),
+        )
+        budget.join(target, upload)
+        moves[peer_id] = target
+        longest_copy = max(longest_copy, copy_s(peer_id, target))
+        left = measured[k][0] if k < len(measured) else None
+        after_rounds = [budget.round_of(t) for t in range(num_stages)]
+        after_rounds[paced] = round_s(staying, gradient_bytes[paced], left)
+        after = step_s(batch_size, rate_with_moves(dict(moves)), max(after_rounds))
+        if longest_copy >= horizon_s:
+            break
+        gain = batch_size * ((horizon_s - longest_copy) / after - baseline)
+        if gain > 0 and (best is None or gain > best.gain):
+            best = PacePlan(
+                moves=tuple(moves.items()),
+                from_stage=paced,
+                step_before_s=before,
+                step_after_s=after,
+                copy_s=longest_copy,
+                gain=gain,
+            )
+    return best
+
+
+def _round_with(budget: RoundBudget, stage: int, upload: float) -> float:
+    """`stage`'s round with one more member pushing at `upload`."""
+    low = budget.slowest[stage]
+    slowest = upload if low is None else min(low, upload)
+    return round_s(budget.counts[stage] + 1, budget.gradient_bytes[stage], slowest)

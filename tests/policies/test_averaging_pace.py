@@ -1,0 +1,215 @@
+"""averaging_pace: whose upload paces a step's averaging, and the moves that keep slow uplinks off
+heavy stages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from server.policies.averaging_pace import (
+    MOST_PACE_MOVES,
+    RoundBudget,
+    Uplink,
+    averaging_budget_s,
+    choose_pace_moves,
+    round_s,
+    stage_rounds,
+    step_s,
+)
+
+MB = 1e6
+SLOW, BROADBAND, FAST = 2.5 * MB, 12.5 * MB, 125 * MB
+"""20 Mbit/s, 100 Mbit/s and 1 Gbit/s uploads."""
+HEAVY, LIGHT = 14 * MB, 1.3 * MB
+"""swarm-ref's head stage's int8 gradient sum, and a middle stage's, at 8 stages."""
+
+
+def uplinks(*stages: Sequence[float | None]) -> list[Uplink]:
+    """Peers numbered 1, 2, ... in order, each stage listing its members' uploads."""
+    out: list[Uplink] = []
+    for stage, members in enumerate(stages):
+        for upload in members:
+            out.append(Uplink(peer_id=len(out) + 1, stage=stage, upload=upload))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("members", "gradient_bytes", "slowest", "expected"),
+    [
+        pytest.param(1, HEAVY, SLOW, 0.0, id="a lone member pushes nothing"),
+        pytest.param(2, HEAVY, None, 0.0, id="no upload measured"),
+        pytest.param(29, HEAVY, SLOW, 28 * HEAVY / SLOW, id="K-1 pushes at the slowest upload"),
+        pytest.param(11, LIGHT, SLOW, 10 * LIGHT / SLOW, id="a light stage"),
+    ],
+)
+def test_round_s(members: int, gradient_bytes: float, slowest: float | None, expected: float) -> None:
+    assert round_s(members, gradient_bytes, slowest) == pytest.approx(expected)
+
+
+def test_a_stage_round_is_paced_by_its_slowest_measured_member() -> None:
+    peers = uplinks([FAST, None, BROADBAND], [SLOW, FAST], [None, None], [FAST])
+    rounds = stage_rounds(peers, [HEAVY, LIGHT, HEAVY, HEAVY])
+    assert rounds == pytest.approx([2 * HEAVY / BROADBAND, LIGHT / SLOW, 0.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("rounds", "collect_s", "expected"),
+    [
+        pytest.param([3.0, 157.0, 5.0], 60.0, 157.0, id="a round longer than collecting"),
+        pytest.param([3.0, 5.0], 60.0, 60.0, id="rounds hidden under collecting"),
+        pytest.param([], 7.0, 7.0, id="no stages"),
+    ],
+)
+def test_averaging_budget(rounds: list[float], collect_s: float, expected: float) -> None:
+    assert averaging_budget_s(rounds, collect_s) == expected
+
+
+@pytest.mark.parametrize(
+    ("stage", "upload", "admitted"),
+    [
+        # Stage 1 (the heavy one) has 10 broadband members: 9 x 14 MB / 12.5 MB/s = 10.1 s, the
+        # longest round; the step collects in 8 s.
+        pytest.param(1, SLOW, False, id="a slow uplink would pace the heavy stage"),
+        pytest.param(1, FAST, False, id="anyone lengthens the longest round by a push"),
+        pytest.param(0, SLOW, True, id="a slow uplink pushes a light sum in time"),
+        pytest.param(0, None, True, id="an unmeasured upload adds a push at the stage's pace"),
+        pytest.param(2, BROADBAND, True, id="a heavy stage with a short round"),
+        pytest.param(2, SLOW, False, id="a slow uplink on a heavy stage with a short round"),
+    ],
+)
+def test_round_budget_admits_only_who_keeps_the_step_averaging_as_long(
+    stage: int, upload: float | None, admitted: bool
+) -> None:
+    peers = uplinks([FAST] * 4, [BROADBAND] * 10, [FAST] * 3)
+    budget = RoundBudget(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0)
+    assert budget.budget_s == pytest.approx(9 * HEAVY / BROADBAND)
+    assert budget.admits(stage, upload) is admitted
+
+
+def test_round_budget_sees_the_members_a_plan_already_added() -> None:
+    peers = uplinks([FAST] * 2, [FAST] * 8)
+    budget = RoundBudget(peers, [LIGHT, HEAVY], collect_s=1.0)
+    # Stage 1's round, 7 x 14 MB at 1 Gbit/s = 0.78 s, is under the second of collecting.
+    assert budget.admits(1, FAST)
+    budget.join(1, FAST)
+    assert not budget.admits(1, FAST)
+
+
+def decide(
+    peers: list[Uplink],
+    gradient_bytes: Sequence[float],
+    *,
+    member_rate: Sequence[float] | None = None,
+    batch_size: int = 4096,
+    copy_s: float = 5.0,
+    unsettled: frozenset[int] = frozenset(),
+    horizon_s: float = 30.0,
+) -> tuple[list[tuple[int, int]], float] | None:
+    """`choose_pace_moves` with every member of stage s serving `member_rate[s]` samples/s there
+    (default: 200 on a light stage, 51.2 on a heavy one, so ten members of a heavy stage serve 512)."""
+    rates = member_rate or [51.2 if g == HEAVY else 200.0 for g in gradient_bytes]
+
+    def pipeline_rate(moved: Mapping[int, int]) -> float:
+        served = [0.0] * len(gradient_bytes)
+        for u in peers:
+            stage = moved.get(u.peer_id, u.stage)
+            served[stage] += rates[stage]
+        return min(served)
+
+    plan = choose_pace_moves(
+        peers,
+        gradient_bytes,
+        batch_size=batch_size,
+        pipeline_rate=pipeline_rate({}),
+        rate_with_moves=pipeline_rate,
+        copy_s=lambda _peer, _stage: copy_s,
+        movable=lambda peer_id: peer_id not in unsettled,
+        horizon_s=horizon_s,
+    )
+    return None if plan is None else (list(plan.moves), plan.step_after_s)
+
+
+def test_no_move_while_averaging_hides_under_collecting() -> None:
+    # 8 s of collecting; the heavy stage's round, 9 x 1.3 MB / 12.5 MB/s = 0.9 s.
+    peers = uplinks([FAST] * 3, [BROADBAND] * 10)
+    assert decide(peers, [LIGHT, HEAVY]) is None
+
+
+def test_every_member_as_slow_as_the_pace_leaves_the_heavy_stage_for_a_light_one() -> None:
+    # Three 20 Mbit/s members on the head stage set its round at 9 x 14 MB / 2.5 MB/s = 50 s after
+    # 8 s of collecting; all three out bring it to 6 x 14 / 12.5 = 6.7 s, collecting at the seven
+    # left's 358 samples/s (11.4 s). A broadband member more would cost more collecting than it saves.
+    peers = uplinks([FAST] * 3, [FAST] * 3, [BROADBAND] * 7 + [SLOW] * 3)
+    decided = decide(peers, [LIGHT, LIGHT, HEAVY])
+    assert decided is not None
+    moves, after = decided
+    assert sorted(peer for peer, _ in moves) == [14, 15, 16]
+    assert {stage for _, stage in moves} <= {0, 1}
+    assert after == pytest.approx(4096 / (7 * 51.2) + 6 * HEAVY / BROADBAND)
+
+
+def test_movers_spread_over_the_light_stages_by_the_round_each_lengthens_least() -> None:
+    peers = uplinks([FAST] * 3, [FAST] * 3, [BROADBAND] * 7 + [SLOW] * 2)
+    decided = decide(peers, [LIGHT, LIGHT, HEAVY])
+    assert decided is not None
+    # The first goes to stage 0 (a tie, the lower index); its upload then paces stage 0's round,
+    # and the second lengthens stage 1's less.
+    assert decided[0] == [(14, 0), (15, 1)]
+
+
+def test_a_move_that_costs_the_pipeline_more_rate_than_averaging_saves_is_not_made() -> None:
+    # Its round is 3 x 14 MB / 2.5 MB/s = 16.8 s against 8 s of collecting, but the slow member serves
+    # nine tenths of the heavy stage (the bottleneck): without it a step collects for 72 s.
+    peers = uplinks([FAST] * 3, [BROADBAND] * 3 + [SLOW])
+    assert decide(peers, [LIGHT, HEAVY], member_rate=[200.0, 5.0]) is None
+
+
+def test_a_copy_longer_than_the_horizon_is_not_made() -> None:
+    peers = uplinks([FAST] * 3, [BROADBAND] * 9 + [SLOW])
+    assert decide(peers, [LIGHT, HEAVY], copy_s=30.0) is None
+    assert decide(peers, [LIGHT, HEAVY], copy_s=5.0) is not None
+
+
+@pytest.mark.parametrize(
+    ("heavy", "member_rate", "unsettled", "expected"),
+    [
+        # Three slow members push for 11.2 s after 2 s of collecting, but they are the stage's pace,
+        # not outliers in it: moving one at a time would barely shorten the round.
+        pytest.param([SLOW] * 3, [2000.0, 1000.0], frozenset(), None, id="as slow as the rest"),
+        pytest.param([BROADBAND] * 9 + [SLOW], None, frozenset({12}), None, id="an unsettled pace-setter"),
+        pytest.param([None] * 8 + [BROADBAND] * 2 + [SLOW], None, frozenset(), [(13, 0)], id="unmeasured"),
+    ],
+)
+def test_who_may_not_move(
+    heavy: list[float | None],
+    member_rate: list[float] | None,
+    unsettled: frozenset[int],
+    expected: list[tuple[int, int]] | None,
+) -> None:
+    peers = uplinks([FAST] * 2, heavy)
+    decided = decide(peers, [LIGHT, HEAVY], member_rate=member_rate, unsettled=unsettled)
+    assert (None if decided is None else decided[0]) == expected
+
+
+def test_at_most_a_bounded_number_of_members_move_at_once() -> None:
+    peers = uplinks([FAST] * 3, [FAST] * 3, [BROADBAND] * 21 + [SLOW] * 20)
+    decided = decide(peers, [LIGHT, LIGHT, HEAVY])
+    assert decided is not None
+    assert len(decided[0]) == MOST_PACE_MOVES
+
+
+def test_once_the_pace_setters_moved_the_next_decision_moves_nobody() -> None:
+    # At most one decision per real change: with the slow members gone, the heavy stage's round is
+    # its broadband members' and no move shortens the step.
+    peers = uplinks([FAST] * 3, [FAST] * 3, [BROADBAND] * 7 + [SLOW] * 3)
+    decided = decide(peers, [LIGHT, LIGHT, HEAVY])
+    assert decided is not None
+    moved = dict(decided[0])
+    after = [Uplink(peer_id=u.peer_id, stage=moved.get(u.peer_id, u.stage), upload=u.upload) for u in peers]
+    assert decide(after, [LIGHT, LIGHT, HEAVY]) is None
+
+
+def test_step_s() -> None:
+    assert step_s(4096, 512.0, 10.0) == pytest.approx(18.0)
+    assert step_s(4096, 0.0, 10.0) == float("inf")
