@@ -27,6 +27,8 @@ from typing import TypeVar
 
 from torch import Tensor
 
+from swarmhub.presets import get_preset
+from swarmhub.stage_cost import stage_bytes_per_sample
 from swarmhub.wire import (
     MicrobatchDone,
     MicrobatchFailed,
@@ -138,6 +140,11 @@ class Trainer:
         call goes through the data plane."""
         self.fixed_concurrency = concurrency
         """A fixed number of microbatches in flight (tests); None: chosen from the measured pipeline."""
+        self.stage_bytes = stage_bytes_per_sample(
+            run.num_stages, run.seq_len, get_preset(run.model_preset).d_model, run.compression
+        )
+        """Data-plane bytes per sample through a peer of each stage, forward and backward: what a
+        router charges the peer it picks (`_call`)."""
         self.concurrency = concurrency or microbatches_in_flight(
             stage_rates=[],
             round_trip_s=None,
@@ -378,15 +385,18 @@ class Trainer:
         kind = header.kind
         # Encoded once; each attempt's frame is addressed to (and signed for) the peer it goes to.
         payload = encode_payload(tensors, self.run.compression)
-        frame_bytes = sum(m.nbytes for m in payload.metas)
         checking = self.checker.draw()
         tried: set[int] = set()
         errors: list[str] = []
         waited_since: float | None = None
         attempts = 0
         max_attempts = 1 if keeper is not None else MAX_ATTEMPTS_PER_CALL
-        # A reply is about as large as its call (activations forward, their gradients back).
-        exchanged = 2 * frame_bytes
+        # The peer picked for a forward serves the sample's backward too (kept), so it is charged
+        # all the bytes the sample moves through it there. Charging the call and a reply its size
+        # counted a first-stage forward at its token ids, not the activations it returns and whose
+        # gradient comes back: simulated at 1,000 peers, calls queued on first-stage peers with
+        # slow links for a minute or more (p90 80 s against 1.5 s on the next stage).
+        exchanged = int(self.stage_bytes[stage] * grant.samples)
         router.update_links(self.pool.links.rates())
         while attempts < max_attempts:
             now = time.monotonic()

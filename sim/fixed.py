@@ -21,7 +21,6 @@ import random
 import time
 from collections.abc import Sequence
 
-from server.policies.rebalance import CODEC_BYTES_PER_ELEMENT
 from sim.averaging import ring_allreduce_s
 from sim.devices import PeerKind, stage_rate
 from sim.ideal import ideal_rate
@@ -29,6 +28,7 @@ from sim.results import RunReport, SeriesRow
 from sim.scenario import Scenario
 from sim.stages import StageModel
 from sim.swarm import CHECKPOINT_STORE_RATE
+from swarmhub.stage_cost import CODEC_BYTES_PER_ELEMENT
 
 
 def placement(kinds: Sequence[PeerKind], model: StageModel) -> list[PeerKind]:

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.policies.rebalance import CODEC_BYTES_PER_ELEMENT, TOKEN_BYTES, stage_bytes_per_sample
 from swarmhub.presets import ModelPreset
-from swarmhub.stage_cost import TRAINING_PASSES, stage_flops, stage_parameters, stage_state_bytes
+from swarmhub.stage_cost import (
+    CODEC_BYTES_PER_ELEMENT,
+    TRAINING_PASSES,
+    stage_bytes_per_sample,
+    stage_flops,
+    stage_parameters,
+    stage_state_bytes,
+)
 
 GRADIENT_BYTES_PER_PARAMETER = 4
 """Averaging moves float32 gradients (as `StepCycle._stage_gradient_bytes` assumes)."""
@@ -21,8 +27,6 @@ class StageModel:
     state_bytes: tuple[int, ...]
     bytes_per_sample: tuple[float, ...]
     """Data-plane bytes through a peer of each stage per sample (calls in and replies out)."""
-    call_bytes: tuple[float, ...]
-    """Bytes per sample of a forward call's input at each stage: what a router weighs a call by."""
     gradient_bytes: tuple[int, ...]
     reply_bytes: tuple[tuple[float, float], ...] = ()
     """Bytes per sample a peer of each stage sends back, (forward call, backward call): what its
@@ -31,8 +35,6 @@ class StageModel:
     @classmethod
     def of(cls, preset: ModelPreset, num_stages: int, seq_len: int, compression: str) -> StageModel:
         act = seq_len * preset.d_model * CODEC_BYTES_PER_ELEMENT[compression]
-        tokens = seq_len * TOKEN_BYTES
-        calls = [tokens] + [act] * (num_stages - 2) + ([act + tokens] if num_stages > 1 else [])
         # The first stage's backward returns nothing (tokens have no gradient); the others return
         # their input's gradient; every forward but the last returns activations.
         replies = [(act, 0.0)] + [(act, act)] * (num_stages - 2) + ([(act, 0.0)] if num_stages > 1 else [])
@@ -41,7 +43,6 @@ class StageModel:
             flops=tuple(stage_flops(preset, num_stages, seq_len)),
             state_bytes=tuple(stage_state_bytes(preset, num_stages)),
             bytes_per_sample=tuple(stage_bytes_per_sample(num_stages, seq_len, preset.d_model, compression)),
-            call_bytes=tuple(calls[:num_stages]),
             reply_bytes=tuple(replies[:num_stages]) if num_stages > 1 else ((0.0, 0.0),),
             gradient_bytes=tuple(
                 GRADIENT_BYTES_PER_PARAMETER * n for n in stage_parameters(preset, num_stages)

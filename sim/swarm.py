@@ -43,7 +43,7 @@ from server.policies.averaging_pace import StepAveraging
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.join_hold import holds_the_step
 from server.policies.rate_estimate import RateEstimate
-from server.policies.rebalance import PeerLoad, choose_moves, stage_push_bytes
+from server.policies.rebalance import PeerLoad, choose_moves
 from server.policies.silence import Silence, silence, suspect_after_s
 from server.policies.stage_choice import choose_stage
 from server.policies.step_book import Grant, StepBook
@@ -59,6 +59,7 @@ from sim.scenario import Scenario
 from sim.stages import GRADIENT_BYTES_PER_PARAMETER
 from sim.tally import CoordinatorTally
 from swarmhub.probe import PROBE_TIMEOUT_S
+from swarmhub.stage_cost import stage_push_bytes
 
 READING_S = 5.0
 """How often the simulated coordinator takes a rate reading of each serving peer (the real one reads
@@ -539,7 +540,8 @@ class SwarmSim:
         router = self.routers[s]
         exclude = frozenset(mb.tried) if mb.tried and len(mb.tried) < len(router.peers()) else frozenset()
         samples = mb.samples
-        p = router.choose(samples, now, exclude, nbytes=int(2 * self.model.call_bytes[s] * samples))
+        # As `Trainer._call`: the peer picked is charged the sample's whole traffic at the stage.
+        p = router.choose(samples, now, exclude, nbytes=int(self.model.bytes_per_sample[s] * samples))
         if p is None or p not in self.view[s]:
             mb.waited_since = mb.waited_since if mb.waited_since is not None else now
             if now - mb.waited_since > NO_PEER_PATIENCE_S:

@@ -10,6 +10,8 @@ until it is scaled by the two stages' costs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from swarmhub.presets import ModelPreset
 
 TRAINING_PASSES = 3
@@ -95,3 +97,28 @@ def stage_rate_from_block(
     """
     block = float(TRAINING_PASSES * 2 * _block_per_token(preset, seq_len) * seq_len)
     return block_rate * block / stage_flops(preset, num_stages, seq_len)[stage]
+
+
+CODEC_BYTES_PER_ELEMENT: dict[str, float] = {"none": 4.0, "float16": 2.0, "int8": 1.0 + 4 / 2048}
+"""Wire bytes per float32 activation element (peer/compression.py; int8 adds one absmax per 2048)."""
+WIRE_TOKEN_BYTES = 8
+"""Token ids and targets travel as int64, never compressed."""
+
+
+def stage_bytes_per_sample(num_stages: int, seq_len: int, d_model: int, compression: str) -> list[float]:
+    """Data-plane bytes through a stage's peer per sample, as the trainers' calls move them: the
+    first stage gets tokens (forward and backward calls) and returns activations and takes their
+    gradient; a middle one gets activations twice and a gradient, and returns activations and an
+    input gradient; the last gets activations and targets and returns an input gradient."""
+    act = seq_len * d_model * CODEC_BYTES_PER_ELEMENT[compression]
+    tokens = seq_len * WIRE_TOKEN_BYTES
+    if num_stages == 1:
+        return [2.0 * tokens]
+    middle = [5 * act] * (num_stages - 2)
+    return [2 * tokens + 2 * act, *middle, 2 * act + tokens]
+
+
+def stage_push_bytes(parameters: Sequence[int], compression: str) -> list[float]:
+    """Wire bytes of each stage's gradient sum (`parameters` per stage) as a member pushes it to
+    another (`peer/averaging.py` sends sums in the run's codec)."""
+    return [n * CODEC_BYTES_PER_ELEMENT[compression] for n in parameters]

@@ -8,11 +8,11 @@ in cost units a peer has one speed, whatever stage it serves. Stages' measured m
 to scale, they are as noisy as the peers behind them.
 
 Links. A peer's rate is also capped by what its links carry: each sample it processes moves a
-stage-dependent number of bytes through it (`stage_bytes_per_sample`: activations in, out and
-their gradients back, as the trainers' calls carry them), so a peer whose links carry L bytes/s
-serves at most L / bytes-per-sample samples/s there however fast it computes. L is the best rate
-any peer measured to it (`inbound_link_rates`, from heartbeats); a peer nobody measured is not
-capped.
+stage-dependent number of bytes through it (`swarmhub.stage_cost.stage_bytes_per_sample`:
+activations in, out and their gradients back, as the trainers' calls carry them), so a peer whose
+links carry L bytes/s serves at most L / bytes-per-sample samples/s there however fast it
+computes. L is the best rate any peer measured to it (`inbound_link_rates`, from heartbeats); a
+peer nobody measured is not capped.
 
 The plan. From the current placement, peers are moved one at a time into the weakest stage (ties:
 the lowest index), each time the peer that leaves the weaker of the two stages involved strongest
@@ -111,31 +111,6 @@ class PeerLoad:
             link_rate=link_rate,
             upload=upload,
         )
-
-
-CODEC_BYTES_PER_ELEMENT: dict[str, float] = {"none": 4.0, "float16": 2.0, "int8": 1.0 + 4 / 2048}
-"""Wire bytes per float32 activation element (peer/compression.py; int8 adds one absmax per 2048)."""
-TOKEN_BYTES = 8
-"""Token ids and targets travel as int64, never compressed."""
-
-
-def stage_bytes_per_sample(num_stages: int, seq_len: int, d_model: int, compression: str) -> list[float]:
-    """Data-plane bytes through a stage's peer per sample, as the trainers' calls move them: the
-    first stage gets tokens (forward and backward calls) and returns activations and takes their
-    gradient; a middle one gets activations twice and a gradient, and returns activations and an
-    input gradient; the last gets activations and targets and returns an input gradient."""
-    act = seq_len * d_model * CODEC_BYTES_PER_ELEMENT[compression]
-    tokens = seq_len * TOKEN_BYTES
-    if num_stages == 1:
-        return [2.0 * tokens]
-    middle = [5 * act] * (num_stages - 2)
-    return [2 * tokens + 2 * act, *middle, 2 * act + tokens]
-
-
-def stage_push_bytes(stage_parameters: Sequence[int], compression: str) -> list[float]:
-    """Wire bytes of each stage's gradient sum as a member pushes it to another (`peer/averaging.py`
-    sends sums in the run's codec)."""
-    return [n * CODEC_BYTES_PER_ELEMENT[compression] for n in stage_parameters]
 
 
 def inbound_link_rates(reports: Mapping[int, Mapping[int, float]]) -> dict[int, float]:

@@ -20,8 +20,6 @@ from server.policies.rebalance import (
     PeerLoad,
     choose_moves,
     inbound_link_rates,
-    stage_bytes_per_sample,
-    stage_push_bytes,
 )
 from server.policies.stage_choice import choose_stage
 from server.policies.step_book import StepBook
@@ -31,7 +29,13 @@ from server.swarm.blame import REPORT_WINDOW_S, Blame, Verdict
 from server.swarm.members import Member
 from server.swarm.step_cycle import MachineSettings, Phase, StepCycle
 from swarmhub.presets import get_preset
-from swarmhub.stage_cost import stage_flops, stage_parameters, stage_state_bytes
+from swarmhub.stage_cost import (
+    stage_bytes_per_sample,
+    stage_flops,
+    stage_parameters,
+    stage_push_bytes,
+    stage_state_bytes,
+)
 from swarmhub.status import PeerState, RunStatus
 from swarmhub.wire import (
     FAULTY_CLOSE_CODE,

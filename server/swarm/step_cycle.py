@@ -22,7 +22,7 @@ from enum import StrEnum
 from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.ledger import FinishedMicrobatch, PeerCredit, Pending, Tally, claim_since, credit_step
-from server.policies.rebalance import inbound_link_rates, stage_bytes_per_sample
+from server.policies.rebalance import inbound_link_rates
 from server.policies.step_book import StepBook
 from server.policies.step_time import split_step_time
 from server.policies.view_sample import deal_stages, view_groups, view_sample
@@ -30,6 +30,7 @@ from server.swarm import decisions as do
 from server.swarm.members import Member
 from swarmhub.presets import get_preset
 from swarmhub.schedule import clip_scale, learning_rate
+from swarmhub.stage_cost import stage_bytes_per_sample
 from swarmhub.status import RunStatus
 from swarmhub.wire import (
     ActivationCacheTally,

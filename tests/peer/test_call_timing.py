@@ -14,6 +14,8 @@ from peer.frame_headers import ForwardCall, ForwardReply
 from peer.stage_server import StageServer
 from peer.trainer import Trainer
 from peer.transport import FramePool, FrameServer, UploadPacer
+from swarmhub.presets import get_preset
+from swarmhub.stage_cost import stage_bytes_per_sample
 from swarmhub.wire import PeerEndpoint, WorkGrant
 from tests.peer.test_stage_server_checks import (
     CHECKED,
@@ -104,3 +106,45 @@ def test_the_trainer_books_its_wait_less_the_servers_time_as_network() -> None:
         asyncio.run(scenario())
     finally:
         server.close()
+
+
+def test_the_peer_picked_for_a_first_stage_forward_is_charged_the_samples_whole_traffic() -> None:
+    # The call carries token ids only, but the peer returns activations and later takes their
+    # gradient (the kept backward): a router that charged the call and a reply its size took a
+    # first-stage peer on a slow link for a fast one, and calls queued there in the simulator.
+    server = stage_server(CHECKED, 0, run_spec())
+    charged: list[int] = []
+
+    async def scenario() -> None:
+        listener = socket.create_server(("127.0.0.1", 0))
+        frames = FrameServer(
+            server.handle, max_bytes=LIMIT, pacer=UploadPacer(None), answer_text=lambda _t: None
+        )
+        await frames.start(listener)
+        pool = FramePool(max_bytes=LIMIT, pacer=UploadPacer(None))
+        try:
+            t = trainer(TRAINER, pool, server, f"127.0.0.1:{listener.getsockname()[1]}", local=False)
+            router = t.routers[0]
+            choose = router.choose
+
+            def recording(samples: int, now: float, exclude: frozenset[int] = frozenset(), nbytes: int = 0):
+                charged.append(nbytes)
+                return choose(samples, now, exclude, nbytes)
+
+            router.choose = recording  # type: ignore[method-assign]
+            await forward(t)
+        finally:
+            await pool.close()
+            await frames.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        server.close()
+    spec = server.run
+    d_model = get_preset(spec.model_preset).d_model
+    whole = stage_bytes_per_sample(spec.num_stages, spec.seq_len, d_model, spec.compression)
+    # The first choice is the call's (a spot check may pick a checker after it).
+    assert charged[0] == int(whole[0] * SAMPLES)
+    # At least the float32 activations it returns and their gradient: far more than the token ids.
+    assert charged[0] >= 2 * SAMPLES * spec.seq_len * d_model * 4

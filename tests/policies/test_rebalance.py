@@ -19,9 +19,9 @@ from server.policies.rebalance import (
     Rebalance,
     choose_moves,
     inbound_link_rates,
-    stage_bytes_per_sample,
     stage_capacities,
 )
+from swarmhub.stage_cost import stage_bytes_per_sample
 
 HORIZON_S = 30.0
 

@@ -9,7 +9,6 @@ import pytest
 from server.policies.averaging import push_allowance_s
 from server.policies.grant_pacing import outstanding_cap
 from server.policies.join_hold import JOIN_HOLD_S
-from server.policies.rebalance import stage_bytes_per_sample
 from server.policies.step_book import StepBook
 from server.swarm import decisions as do
 from server.swarm import inputs as on
@@ -18,6 +17,7 @@ from server.swarm.members import CLAIM_SLACK
 from server.swarm.membership import STRIKE_LIMIT
 from server.swarm.step_cycle import RECORD_RETRY_S, VIEW_GAP_S, MachineSettings, Phase
 from swarmhub.presets import get_preset
+from swarmhub.stage_cost import stage_bytes_per_sample
 from swarmhub.status import PeerState
 from swarmhub.wire import (
     ApplyStep,
