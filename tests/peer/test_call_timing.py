@@ -7,7 +7,9 @@ paced like a slow upload, and in process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator, Callable, Coroutine
 
 from peer.data import SampleSource
 from peer.frame_headers import ForwardCall, ForwardReply
@@ -69,19 +71,38 @@ async def forward(t: Trainer) -> ForwardReply:
     return reply
 
 
+@contextlib.asynccontextmanager
+async def served_on_loopback(
+    server: StageServer, upload_mbps: float | None
+) -> AsyncIterator[tuple[str, FramePool]]:
+    """`server` behind a real frame server on loopback whose replies are paced at `upload_mbps`, and
+    a frame pool to call it with."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    frames = FrameServer(
+        server.handle, max_bytes=LIMIT, pacer=UploadPacer(upload_mbps), answer_text=lambda _text: None
+    )
+    await frames.start(listener)
+    pool = FramePool(max_bytes=LIMIT, pacer=UploadPacer(None))
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}", pool
+    finally:
+        await pool.close()
+        await frames.stop()
+
+
+def run_against(server: StageServer, scenario: Callable[[], Coroutine[None, None, None]]) -> None:
+    try:
+        asyncio.run(scenario())
+    finally:
+        server.close()
+
+
 def test_the_trainer_books_its_wait_less_the_servers_time_as_network() -> None:
     server = stage_server(CHECKED, 0, run_spec())
 
     async def scenario() -> None:
-        listener = socket.create_server(("127.0.0.1", 0))
         # The serving peer uploads its replies at UPLOAD_MBPS: on the wire, after each reply was ready.
-        frames = FrameServer(
-            server.handle, max_bytes=LIMIT, pacer=UploadPacer(UPLOAD_MBPS), answer_text=lambda _text: None
-        )
-        await frames.start(listener)
-        address = f"127.0.0.1:{listener.getsockname()[1]}"
-        pool = FramePool(max_bytes=LIMIT, pacer=UploadPacer(None))
-        try:
+        async with served_on_loopback(server, UPLOAD_MBPS) as (address, pool):
             remote = trainer(TRAINER, pool, server, address, local=False)
             reply = await forward(remote)
             (served,) = remote._served[GRANT.microbatch_id]
@@ -98,14 +119,8 @@ def test_the_trainer_books_its_wait_less_the_servers_time_as_network() -> None:
             (served,) = local._served[GRANT.microbatch_id]
             assert 0 < reply.compute_s <= reply.server_s <= served.seconds
             assert served.network_seconds < 0.01
-        finally:
-            await pool.close()
-            await frames.stop()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.close()
+    run_against(server, scenario)
 
 
 def test_the_peer_picked_for_a_first_stage_forward_is_charged_the_samples_whole_traffic() -> None:
@@ -116,14 +131,8 @@ def test_the_peer_picked_for_a_first_stage_forward_is_charged_the_samples_whole_
     charged: list[int] = []
 
     async def scenario() -> None:
-        listener = socket.create_server(("127.0.0.1", 0))
-        frames = FrameServer(
-            server.handle, max_bytes=LIMIT, pacer=UploadPacer(None), answer_text=lambda _t: None
-        )
-        await frames.start(listener)
-        pool = FramePool(max_bytes=LIMIT, pacer=UploadPacer(None))
-        try:
-            t = trainer(TRAINER, pool, server, f"127.0.0.1:{listener.getsockname()[1]}", local=False)
+        async with served_on_loopback(server, None) as (address, pool):
+            t = trainer(TRAINER, pool, server, address, local=False)
             router = t.routers[0]
             choose = router.choose
 
@@ -133,14 +142,8 @@ def test_the_peer_picked_for_a_first_stage_forward_is_charged_the_samples_whole_
 
             router.choose = recording  # type: ignore[method-assign]
             await forward(t)
-        finally:
-            await pool.close()
-            await frames.stop()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.close()
+    run_against(server, scenario)
     spec = server.run
     d_model = get_preset(spec.model_preset).d_model
     whole = stage_bytes_per_sample(spec.num_stages, spec.seq_len, d_model, spec.compression)
