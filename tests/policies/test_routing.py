@@ -302,14 +302,24 @@ def test_share_is_proportional_to_one_over_compute_plus_transfer(
         assert got[peer] == pytest.approx(n * s / total, abs=max(2.0, 0.002 * n))
 
 
-def test_unmeasured_link_counts_as_free_until_measured() -> None:
-    r = router({1: 10.0, 2: 10.0})
-    r.update_links({1: 1e5})
-    first = counts_with_bytes(r, 100, nbytes=1_000_000)
-    assert first[2] > first[1]  # peer 2's link is unmeasured: only its compute counts
-    r.update_links({2: 1e5})
-    again = counts_with_bytes(r, 1000, nbytes=1_000_000)
-    assert again[1] == pytest.approx(again[2], abs=2)
+def test_an_unmeasured_link_is_charged_at_the_median_of_the_measured_ones() -> None:
+    # Charged no transfer, a newcomer looked faster than every measured peer by its whole transfer
+    # time and took call after call until its link was read.
+    r = router({1: 10.0, 2: 10.0, 3: 10.0, 4: 10.0})
+    r.update_links({1: 1e5, 2: 2e5, 3: 4e5})
+    got = counts_with_bytes(r, 2000, nbytes=1_000_000)
+    assert got[4] == pytest.approx(got[2], abs=2)
+    assert got[1] < got[4] < got[3]
+    # Measured at last, it is charged at its own rate.
+    r.update_links({4: 1e5})
+    again = counts_with_bytes(r, 2000, nbytes=1_000_000)
+    assert again[4] == pytest.approx(again[1], abs=2)
+
+
+def test_while_no_link_is_measured_transfers_count_for_nothing() -> None:
+    r = router({1: 10.0, 2: 30.0})
+    got = counts_with_bytes(r, 1000, nbytes=1_000_000)
+    assert got[2] == pytest.approx(3 * got[1], abs=3)
 
 
 def test_link_rates_of_unknown_peers_and_zero_rates_are_ignored() -> None:
