@@ -56,10 +56,9 @@ from sim.events import EventQueue
 from sim.ideal import ideal_rate
 from sim.results import Move, RunReport, SeriesRow
 from sim.scenario import Scenario
-from sim.stages import GRADIENT_BYTES_PER_PARAMETER
 from sim.tally import CoordinatorTally
 from swarmhub.probe import PROBE_TIMEOUT_S
-from swarmhub.stage_cost import stage_push_bytes
+from swarmhub.stage_cost import stage_parameters, stage_push_bytes
 
 READING_S = 5.0
 """How often the simulated coordinator takes a rate reading of each serving peer (the real one reads
@@ -163,7 +162,7 @@ class SwarmSim:
         self.sc = sc
         self.model = sc.stage_model()
         self._wire_gradient_bytes = stage_push_bytes(
-            [g // GRADIENT_BYTES_PER_PARAMETER for g in self.model.gradient_bytes], sc.compression
+            stage_parameters(sc.preset, sc.num_stages), sc.compression
         )
         """Each stage's gradient sum as members push it, in the run's codec."""
         self.rng = random.Random(sc.seed)

@@ -55,18 +55,6 @@ def round_s(members: int, gradient_bytes: float, slowest_upload: float | None) -
     return (members - 1) * gradient_bytes / slowest_upload
 
 
-def stage_rounds(uplinks: Sequence[Uplink], gradient_bytes: Sequence[float]) -> list[float]:
-    """Each stage's round, from its members' uploads."""
-    counts = [0] * len(gradient_bytes)
-    slowest: list[float | None] = [None] * len(gradient_bytes)
-    for u in uplinks:
-        counts[u.stage] += 1
-        if u.upload is not None:
-            low = slowest[u.stage]
-            slowest[u.stage] = u.upload if low is None else min(low, u.upload)
-    return [round_s(k, g, s) for k, g, s in zip(counts, gradient_bytes, slowest, strict=True)]
-
-
 def averaging_budget_s(rounds: Sequence[float], collect_s: float) -> float:
     """What averaging may take without a move lengthening the step: the longest round now, or the
     step's collecting if longer (a round hidden under that costs nothing worth a copy)."""
@@ -86,6 +74,7 @@ class RoundBudget:
         for u in uplinks:
             self._add(u.stage, u.upload)
         self.rounds = [self.round_of(s) for s in range(len(gradient_bytes))]
+        """Each stage's round, from its members' uploads."""
         self.budget_s = averaging_budget_s(self.rounds, collect_s)
 
     def _add(self, stage: int, upload: float | None) -> None:
@@ -97,10 +86,14 @@ class RoundBudget:
     def round_of(self, stage: int) -> float:
         return round_s(self.counts[stage], self.gradient_bytes[stage], self.slowest[stage])
 
-    def admits(self, stage: int, upload: float | None) -> bool:
+    def round_joined(self, stage: int, upload: float | None) -> float:
+        """`stage`'s round with one member more, pushing at `upload`."""
         low = self.slowest[stage]
         slowest = upload if low is None else (low if upload is None else min(low, upload))
-        return round_s(self.counts[stage] + 1, self.gradient_bytes[stage], slowest) <= self.budget_s
+        return round_s(self.counts[stage] + 1, self.gradient_bytes[stage], slowest)
+
+    def admits(self, stage: int, upload: float | None) -> bool:
+        return self.round_joined(stage, upload) <= self.budget_s
 
     def join(self, stage: int, upload: float | None) -> None:
         self._add(stage, upload)
@@ -181,7 +174,7 @@ def choose_pace_moves(
         staying -= 1
         target = min(
             (t for t in range(num_stages) if t != paced),
-            key=lambda t: (_round_with(budget, t, upload), t),
+            key=lambda t: (budget.round_joined(t, upload), t),
         )
         budget.join(target, upload)
         moves[peer_id] = target
@@ -203,10 +196,3 @@ def choose_pace_moves(
                 gain=gain,
             )
     return best
-
-
-def _round_with(budget: RoundBudget, stage: int, upload: float) -> float:
-    """`stage`'s round with one more member pushing at `upload`."""
-    low = budget.slowest[stage]
-    slowest = upload if low is None else min(low, upload)
-    return round_s(budget.counts[stage] + 1, budget.gradient_bytes[stage], slowest)

@@ -313,11 +313,13 @@ def choose_moves(
         return _fill_empty(swarm, counts, copy_s, horizon_s)
     budget = None
     if averaging is not None:
-        eased = _ease_averaging(swarm, counts, averaging, copy_s, horizon_s)
+        uplinks = [Uplink(peer_id=p.peer_id, stage=p.stage, upload=p.upload) for p in peers]
+        rate = min(swarm.means({}))
+        eased = _ease_averaging(swarm, counts, uplinks, rate, averaging, copy_s, horizon_s)
         if eased is not None:
             return eased
-        uplinks = [Uplink(peer_id=p.peer_id, stage=p.stage, upload=p.upload) for p in peers]
-        budget = RoundBudget(uplinks, averaging.gradient_bytes, _collect_s(swarm, averaging))
+        collect_s = step_s(averaging.batch_size, rate, 0.0)
+        budget = RoundBudget(uplinks, averaging.gradient_bytes, collect_s)
     plan = _plan(swarm, counts, budget)
     if not plan:
         return None
@@ -383,23 +385,19 @@ def choose_moves(
     )
 
 
-def _collect_s(swarm: _Swarm, averaging: StepAveraging) -> float:
-    """Seconds a step collects at the current placement's pipeline rate (means)."""
-    return step_s(averaging.batch_size, min(swarm.means({})), 0.0)
-
-
 def _ease_averaging(
     swarm: _Swarm,
     counts: Sequence[int],
+    uplinks: Sequence[Uplink],
+    rate: float,
     averaging: StepAveraging,
     copy_s: Callable[[int, int], float],
     horizon_s: float,
 ) -> Rebalance | None:
     """The moves of the members whose uploads pace the step's averaging, if they pay
-    (`averaging_pace.choose_pace_moves`)."""
-    rate = min(swarm.means({}))
+    (`averaging_pace.choose_pace_moves`); `rate`: the pipeline's now (means)."""
     plan = choose_pace_moves(
-        [Uplink(peer_id=p.peer_id, stage=p.stage, upload=p.upload) for p in swarm.peers.values()],
+        uplinks,
         averaging.gradient_bytes,
         batch_size=averaging.batch_size,
         pipeline_rate=rate,

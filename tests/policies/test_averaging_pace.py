@@ -14,7 +14,6 @@ from server.policies.averaging_pace import (
     averaging_budget_s,
     choose_pace_moves,
     round_s,
-    stage_rounds,
     step_s,
 )
 
@@ -49,7 +48,7 @@ def test_round_s(members: int, gradient_bytes: float, slowest: float | None, exp
 
 def test_a_stage_round_is_paced_by_its_slowest_measured_member() -> None:
     peers = uplinks([FAST, None, BROADBAND], [SLOW, FAST], [None, None], [FAST])
-    rounds = stage_rounds(peers, [HEAVY, LIGHT, HEAVY, HEAVY])
+    rounds = RoundBudget(peers, [HEAVY, LIGHT, HEAVY, HEAVY], collect_s=0.0).rounds
     assert rounds == pytest.approx([2 * HEAVY / BROADBAND, LIGHT / SLOW, 0.0, 0.0])
 
 
