@@ -41,7 +41,7 @@ from peer.transport import transfer_timeout_s
 from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
 from server.policies.averaging_pace import StepAveraging
 from server.policies.grant_pacing import outstanding_cap, served_rate
-from server.policies.join_hold import holds_the_step
+from server.policies.join_hold import barrier_waits, holds_the_step
 from server.policies.rate_estimate import RateEstimate
 from server.policies.rebalance import PeerLoad, choose_moves
 from server.policies.silence import Silence, silence, suspect_after_s
@@ -187,6 +187,8 @@ class SwarmSim:
         self.grant_cap: int | None = None
         """`RunMachine.grant_cap`: most microbatches outstanding, as of the last reading."""
         self.phase = COLLECTING
+        self.batch_in_at: tuple[int, float] | None = None
+        """`StepCycle.batch_in_at`."""
         self.rounds: dict[int, AveragingRound] = {}
         self.pending_apply: set[int] = set()
         self.last_decision = -1e9
@@ -663,7 +665,9 @@ class SwarmSim:
     def _maybe_barrier(self) -> None:
         if self.phase != COLLECTING or not self.book.ready_for_barrier():
             return
-        if self._copy_holds_step():
+        if self.batch_in_at is None or self.batch_in_at[0] != self.book.step:
+            self.batch_in_at = (self.book.step, self.now)
+        if barrier_waits(self.now - self.batch_in_at[1], self._copy_holds_step()):
             return
         self.phase = AVERAGING
         self.rounds = {
@@ -675,8 +679,15 @@ class SwarmSim:
 
     def _copy_holds_step(self) -> bool:
         """`Member.holds_step` of any loading peer."""
-        now, peers = self.now, self.peers
-        return any(holds_the_step(now - peers[p].assigned_at, peers[p].copies_behind) for p in self.loading)
+        return any(self._holds_step(p) for p in self.loading)
+
+    def _fresh_copies(self) -> list[int]:
+        """Loading peers whose copy the step would wait for, in id order (`self.loading` is a set)."""
+        return sorted(p for p in self.loading if self._holds_step(p))
+
+    def _holds_step(self, p: int) -> bool:
+        peer = self.peers[p]
+        return holds_the_step(self.now - peer.assigned_at, peer.copies_behind)
 
     def _restart_round(self, stage: int, round_: AveragingRound) -> None:
         """Send the round's barrier, and settle now, from its members' links, how it goes: complete
@@ -829,8 +840,9 @@ class SwarmSim:
 
     def _maybe_rebalance(self) -> None:
         """`Membership._maybe_rebalance`: at a step boundary (nothing granted yet) at most every
-        `REBALANCE_INTERVAL_S`, or at once for an empty stage; never while a copy holds the step."""
-        if self.sc.mode != "swarm" or self.phase != COLLECTING or self._copy_holds_step():
+        `REBALANCE_INTERVAL_S`, or at once for an empty stage; a copy the step would wait for counts
+        at its stage, where it stays."""
+        if self.sc.mode != "swarm" or self.phase != COLLECTING:
             return
         stage_empty = not all(self.view)
         if not stage_empty and (self.granted or self.now - self.last_decision < REBALANCE_INTERVAL_S):
@@ -843,13 +855,12 @@ class SwarmSim:
             PeerLoad.measured(
                 peer_id=p,
                 stage=peer.stage,
-                rate=peer.rate if peer.rate.count else RateEstimate().observe(peer.claim),
+                rate=peer.rate if peer.ready and peer.rate.count else RateEstimate().observe(peer.claim),
                 queue_length=peer.queued,
                 link_rate=peer.kind.bandwidth if peer.linked else None,
                 upload=pushing_rate(self._link_reading(p), peer.rounds_held_up),
             )
-            for s in range(self.S)
-            for p in self.view[s]
+            for p in [*(p for s in range(self.S) for p in self.view[s]), *self._fresh_copies()]
             for peer in (self.peers[p],)
         ]
         plan = self.tally.timed(

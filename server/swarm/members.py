@@ -128,5 +128,6 @@ class Member:
         )
 
     def holds_step(self, now: float) -> bool:
-        """Copying its stage, and recently enough that the step's averaging and rebalancing wait."""
+        """Copying its stage, and recently enough that the step's averaging waits for it and
+        rebalancing counts it at that stage (`policies.join_hold`)."""
         return self.loading and holds_the_step(now - self.assigned_at, self.copies_behind)

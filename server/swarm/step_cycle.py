@@ -21,6 +21,7 @@ from enum import StrEnum
 
 from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
+from server.policies.join_hold import barrier_waits
 from server.policies.ledger import FinishedMicrobatch, PeerCredit, Pending, Tally, claim_since, credit_step
 from server.policies.rebalance import inbound_link_rates
 from server.policies.step_book import StepBook
@@ -110,6 +111,8 @@ class StepCycle:
         self.pending_apply: set[int] = set()
         self.step_started = now
         self.barrier_at = now
+        self.batch_in_at: tuple[int, float] | None = None
+        """(step, when its batch was first complete): the start of its wait at the barrier."""
         self.averaged_at: float | None = None
         """When the previous step's rounds completed; None until one did since the machine started."""
         self.cache_seen: dict[int, ActivationCacheTally] = {}
@@ -161,7 +164,10 @@ class StepCycle:
     def _maybe_barrier(self, now: float) -> None:
         if self.phase != Phase.COLLECTING or not self.book.ready_for_barrier():
             return
-        if any(m.holds_step(now) for m in self.members.values()):
+        if self.batch_in_at is None or self.batch_in_at[0] != self.book.step:
+            self.batch_in_at = (self.book.step, now)
+        copies_held = any(m.holds_step(now) for m in self.members.values())
+        if barrier_waits(now - self.batch_in_at[1], copies_held):
             return  # checked again when the joiner is ready, and on every tick
         self.phase = Phase.AVERAGING
         self.barrier_at = now

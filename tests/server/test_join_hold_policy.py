@@ -1,11 +1,12 @@
 """How long a step waits for a copy: a while for a first one, not at all for a peer whose last copy
-arrived behind (it chases the run, and waiting for it held every step and every decision)."""
+arrived behind (it chases the run, and waiting for it held every step and every decision), and a
+while in all however many copies begin while it waits."""
 
 from __future__ import annotations
 
 import pytest
 
-from server.policies.join_hold import JOIN_HOLD_S, holds_the_step, join_hold_s
+from server.policies.join_hold import JOIN_HOLD_S, barrier_waits, holds_the_step, join_hold_s
 
 
 @pytest.mark.parametrize(
@@ -28,3 +29,18 @@ def test_a_copy_holds_the_step_only_while_new_and_only_if_the_last_one_was_in_ti
 def test_a_negative_count_is_refused():
     with pytest.raises(ValueError, match="counts copies"):
         join_hold_s(-1)
+
+
+@pytest.mark.parametrize(
+    ("step_waited_s", "copies_held", "waits"),
+    [
+        (0.0, True, True),
+        (JOIN_HOLD_S - 0.1, True, True),
+        # Copies begun while it waited hold it no longer: a large swarm begins one every second.
+        (JOIN_HOLD_S, True, False),
+        (10 * JOIN_HOLD_S, True, False),
+        (0.0, False, False),
+    ],
+)
+def test_a_step_waits_for_copies_a_while_in_all(step_waited_s, copies_held, waits):
+    assert barrier_waits(step_waited_s, copies_held) is waits

@@ -884,6 +884,27 @@ def test_a_loading_peer_holds_the_barrier_for_a_while_only():
     assert 3 not in swarm.machine.rounds[0].group
 
 
+def test_copies_begun_one_after_another_hold_the_barrier_for_a_while_in_all():
+    """A swarm of thousands begins a copy every second or so: each one held the barrier for its own
+    hold, so the step never averaged (the simulator's 10,000 peers: one step in two hours)."""
+    swarm = two_by_one()
+    swarm.join(3)
+    swarm.train(1)
+    batch_in = swarm.now
+    joiner = 4
+    while swarm.machine.phase == Phase.COLLECTING:
+        swarm.join(joiner)  # each copy begins while the last one is under way
+        joiner += 1
+        swarm.now += 1
+        for peer_id in (1, 2):
+            swarm.say(peer_id, Heartbeat(throughput=10.0, queue_length=0, samples_done=0))
+        swarm.feed(on.Tick(now=swarm.now))
+        assert swarm.now - batch_in <= JOIN_HOLD_S, "the barrier waits for copies for ever"
+    assert swarm.machine.phase == Phase.AVERAGING
+    assert swarm.now - batch_in == JOIN_HOLD_S
+    assert swarm.machine.rounds[0].group == frozenset({1})
+
+
 def test_a_copy_that_arrived_behind_is_not_waited_for_again():
     """A joiner whose copy takes longer than a step collects plus the hold copies again every step;
     waiting for each copy held every step for the hold (the simulator found one doing so for hours

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -24,6 +25,7 @@ from server.swarm.membership import REBALANCE_INTERVAL_S
 from server.swarm.step_cycle import MachineSettings
 from swarmhub.presets import get_preset
 from swarmhub.stage_cost import stage_flops
+from swarmhub.status import PeerState
 from swarmhub.wire import (
     AveragingDone,
     Heartbeat,
@@ -111,14 +113,23 @@ class Harness:
             turn = len(self.machine.book.outstanding) + len(self.machine.book.done)
             self.held.setdefault(ready[turn % len(ready)], set()).add(microbatch_id)
 
-    def step(self, trainer: int = 1) -> do.RecordStep:
-        """One whole step; half-way the clock ticks and every peer sends a heartbeat."""
+    def step(
+        self,
+        trainer: int = 1,
+        *,
+        granted: Callable[[], object] | None = None,
+        while_averaging: Callable[[], object] | None = None,
+    ) -> do.RecordStep:
+        """One whole step; half-way the clock ticks and every peer sends a heartbeat. `granted` runs
+        once its first microbatch is granted, `while_averaging` once its barrier is out."""
         start = self.now
         while True:
             (reply,) = sent(self.say(trainer, WorkRequest()), trainer)
             if isinstance(reply, NoWork):
                 break
             assert isinstance(reply, WorkGrant)
+            if granted is not None and len(self.machine.book.outstanding) + len(self.machine.book.done) == 1:
+                granted()
             self.serve(reply.microbatch_id)
             self.now += STEP_S / 4
             self.heartbeats()
@@ -129,6 +140,8 @@ class Harness:
                     step=reply.step, microbatch_id=reply.microbatch_id, samples=reply.samples, loss=2.0
                 ),
             )
+        if while_averaging is not None:
+            while_averaging()
         out: list[do.Decision] = []
         for stage, round_ in list(self.machine.rounds.items()):
             counted = sorted(set().union(*(self.held.get(p, set()) for p in round_.group)))
@@ -239,6 +252,31 @@ def test_a_copy_that_never_ends_holds_rebalancing_for_its_hold_only() -> None:
     assert h.placement() == (1, 2)
     assert h.machine.members[4].loading
     assert h.lost() == [0] * 100
+
+
+def test_a_copy_begun_at_every_step_boundary_does_not_stop_rebalancing() -> None:
+    """A large swarm begins copies all the time. Rebalancing skipped its decision while one was
+    under way, and the simulator's 10,000 peers never decided at all; it now decides, counting a
+    copy under way at the stage it is for, where it stays."""
+    h = harness([0, 0, 1])
+    joiners = iter(range(10, 1000))
+    copying: list[int] = []
+
+    def one_joins() -> None:  # assigned a stage, and copying, when the next step opens
+        peer_id = next(joiners)
+        h.speeds[peer_id] = 0.01
+        h.join(peer_id, 0)
+        copying.append(peer_id)
+
+    def last_one_leaves() -> None:  # once the step has begun, before its barrier would wait for it
+        if copying:
+            h.feed(on.PeerLeft(now=h.now, peer_id=copying.pop(), state=PeerState.LEFT, reason="goodbye"))
+
+    for _ in range(40):
+        h.step(granted=last_one_leaves, while_averaging=one_joins)
+    assert len(h.moves()) == 1, h.moves()
+    assert h.placement() == (1, 2)
+    assert h.lost() == [0] * 40
 
 
 @pytest.mark.parametrize("seed", range(3))

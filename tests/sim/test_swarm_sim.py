@@ -159,6 +159,29 @@ def test_rebalancing_goes_on_while_joiners_on_slow_links_chase_the_run() -> None
     assert report.samples_committed > 0
 
 
+def test_steps_and_decisions_go_on_while_copies_begin_every_few_seconds() -> None:
+    # A peer joins every 2 s and copies its stage for longer than that over 100 Mbit/s: some copy is
+    # always under way and younger than the join hold. Each one held the barrier and stopped
+    # rebalancing, so a large swarm never averaged nor decided (at the code before this test: 2 steps
+    # and 2 decisions in 5 minutes, both before the joins took over; the 10,000-peer scale run
+    # averaged one step in 2 hours).
+    scenario = dataclasses.replace(
+        BASE,
+        averaging="all-to-all",
+        kinds=(T4,) * 12,
+        stages=(0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3),
+        mix=DeviceMix(devices={"t4": 1.0}, links={"broadband": 1.0}),
+        join_rate_per_s=1 / 2,
+        duration_s=300.0,
+        target_batch_size=2048,
+    )
+    sim = SwarmSim(scenario)
+    report = sim.run()
+    assert report.steps >= 6
+    assert sim.tally.decisions["choose_moves"] >= 6
+    assert report.samples_committed == report.steps * scenario.target_batch_size - report.samples_lost
+
+
 def test_slow_uplinks_leave_the_heavy_stage_whose_averaging_they_paced() -> None:
     # Three T4s on 20 Mbit/s links start among the twelve members of the head stage, whose 14 MB
     # sums they push at 2.5 MB/s: its all-to-all round took ~60 s against a few seconds of
