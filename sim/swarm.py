@@ -681,10 +681,6 @@ class SwarmSim:
         """`Member.holds_step` of any loading peer."""
         return any(self._holds_step(p) for p in self.loading)
 
-    def _fresh_copies(self) -> list[int]:
-        """Loading peers whose copy the step would wait for, in id order (`self.loading` is a set)."""
-        return sorted(p for p in self.loading if self._holds_step(p))
-
     def _holds_step(self, p: int) -> bool:
         peer = self.peers[p]
         return holds_the_step(self.now - peer.assigned_at, peer.copies_behind)
@@ -840,12 +836,14 @@ class SwarmSim:
 
     def _maybe_rebalance(self) -> None:
         """`Membership._maybe_rebalance`: at a step boundary (nothing granted yet) at most every
-        `REBALANCE_INTERVAL_S`, or at once for an empty stage; a copy the step would wait for counts
-        at its stage, where it stays."""
+        `REBALANCE_INTERVAL_S` without waiting for copies under way, or at once for an empty stage
+        unless a copy under way may fill it."""
         if self.sc.mode != "swarm" or self.phase != COLLECTING:
             return
         stage_empty = not all(self.view)
         if not stage_empty and (self.granted or self.now - self.last_decision < REBALANCE_INTERVAL_S):
+            return
+        if stage_empty and self._copy_holds_step():
             return
         if self.members < self.S:
             return
@@ -855,12 +853,13 @@ class SwarmSim:
             PeerLoad.measured(
                 peer_id=p,
                 stage=peer.stage,
-                rate=peer.rate if peer.ready and peer.rate.count else RateEstimate().observe(peer.claim),
+                rate=peer.rate if peer.rate.count else RateEstimate().observe(peer.claim),
                 queue_length=peer.queued,
                 link_rate=peer.kind.bandwidth if peer.linked else None,
                 upload=pushing_rate(self._link_reading(p), peer.rounds_held_up),
             )
-            for p in [*(p for s in range(self.S) for p in self.view[s]), *self._fresh_copies()]
+            for s in range(self.S)
+            for p in self.view[s]
             for peer in (self.peers[p],)
         ]
         plan = self.tally.timed(

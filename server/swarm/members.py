@@ -128,6 +128,5 @@ class Member:
         )
 
     def holds_step(self, now: float) -> bool:
-        """Copying its stage, and recently enough that the step's averaging waits for it and
-        rebalancing counts it at that stage (`policies.join_hold`)."""
+        """Copying its stage, and recently enough that the step's averaging waits for it."""
         return self.loading and holds_the_step(now - self.assigned_at, self.copies_behind)

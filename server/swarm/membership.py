@@ -400,14 +400,16 @@ class Membership(StepCycle):
         sample yet: at the step boundary, right after the last step was averaged and applied. The
         exception is a stage left without a peer: the pipeline is stalled, and the empty stage has
         lost more of the step than a donor could. Not sooner than `REBALANCE_INTERVAL_S` after the
-        last decision. A copy under way that the step would wait for (a join or a move in progress,
-        `policies.join_hold`) counts at the stage it is for, where it stays.
+        last decision. A decision at a step boundary does not wait for copies under way
+        (`policies.join_hold`); one for an empty stage does, since a copy may be filling it.
         """
         if not self.rebalance or self.status != RunStatus.ACTIVE or self.phase != Phase.COLLECTING:
             return
         stage_empty = bool(self.unserved_stages())
         if not stage_empty and (self.book.samples_sent or now - self.last_decision < REBALANCE_INTERVAL_S):
             return
+        if stage_empty and any(m.holds_step(now) for m in self.members.values()):
+            return  # a copy under way may be the one that fills it
         self.last_decision = now
         links = inbound_link_rates({m.peer_id: m.links for m in self.members.values()})
         spec = self.spec
@@ -417,16 +419,14 @@ class Membership(StepCycle):
                 PeerLoad.measured(
                     peer_id=m.peer_id,
                     stage=m.stage,
-                    # Ready but not read yet, or still copying: its claim, as one unsettled reading.
-                    rate=m.rate
-                    if m.ready and m.rate.count
-                    else RateEstimate().observe(m.effective_throughput),
+                    # Ready but not read yet: its claim, as one unsettled reading.
+                    rate=m.rate if m.rate.count else RateEstimate().observe(m.effective_throughput),
                     queue_length=m.queue_length,
                     link_rate=links.get(m.peer_id),
                     upload=pushing_rate(m.inbound_link, m.rounds_held_up),
                 )
-                for m in self.members.values()
-                if m.stage is not None and (m.ready or m.holds_step(now))
+                for m in self.ready()
+                if m.stage is not None
             ],
             spec.num_stages,
             horizon_s=REBALANCE_INTERVAL_S,

@@ -256,8 +256,7 @@ def test_a_copy_that_never_ends_holds_rebalancing_for_its_hold_only() -> None:
 
 def test_a_copy_begun_at_every_step_boundary_does_not_stop_rebalancing() -> None:
     """A large swarm begins copies all the time. Rebalancing skipped its decision while one was
-    under way, and the simulator's 10,000 peers never decided at all; it now decides, counting a
-    copy under way at the stage it is for, where it stays."""
+    under way, and the simulator's 1,000 and 10,000 peers never decided at all."""
     h = harness([0, 0, 1])
     joiners = iter(range(10, 1000))
     copying: list[int] = []
