@@ -679,11 +679,8 @@ class SwarmSim:
 
     def _copy_holds_step(self) -> bool:
         """`Member.holds_step` of any loading peer."""
-        return any(self._holds_step(p) for p in self.loading)
-
-    def _holds_step(self, p: int) -> bool:
-        peer = self.peers[p]
-        return holds_the_step(self.now - peer.assigned_at, peer.copies_behind)
+        now, peers = self.now, self.peers
+        return any(holds_the_step(now - peers[p].assigned_at, peers[p].copies_behind) for p in self.loading)
 
     def _restart_round(self, stage: int, round_: AveragingRound) -> None:
         """Send the round's barrier, and settle now, from its members' links, how it goes: complete
