@@ -45,7 +45,7 @@ def _lifetime(text: str) -> float | None:
 def _scenario(args: argparse.Namespace) -> Scenario:
     sc = SCENARIOS[args.scenario]
     changes: dict[str, Any] = {}
-    for name in ("peers", "duration_s", "seed", "averaging", "target_batch_size"):
+    for name in ("peers", "duration_s", "seed", "averaging", "target_batch_size", "bundle"):
         value = getattr(args, name)
         if value is not None:
             changes[name] = value
@@ -70,6 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmd.add_argument("--seed", type=int)
         cmd.add_argument("--averaging", choices=["all-to-all", "butterfly"])
         cmd.add_argument("--target-batch-size", dest="target_batch_size", type=int)
+        cmd.add_argument(
+            "--bundle",
+            type=int,
+            help="microbatches one simulated call carries (scale-10k bundles 4 to run in minutes)",
+        )
         cmd.add_argument("--write", action="store_true", help="record JSON (and a plot) under bench/results")
         cmd.add_argument(
             "--full", action="store_true", help="print every run's whole report, not only its row"
