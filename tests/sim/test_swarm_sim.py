@@ -133,20 +133,33 @@ def test_rebalancing_moves_peers_into_the_under_served_stage() -> None:
     assert swarm_report.samples_committed > static_report.samples_committed
 
 
+def twelve_t4s_and_joiners(
+    *, stages: tuple[int, ...], link: str, joins_every_s: float, duration_s: float, batch: int
+) -> Scenario:
+    """Twelve T4s on datacenter links placed on `stages`, joined by T4s on `link` links, all-to-all."""
+    return dataclasses.replace(
+        BASE,
+        averaging="all-to-all",
+        kinds=(T4,) * 12,
+        stages=stages,
+        mix=DeviceMix(devices={"t4": 1.0}, links={link: 1.0}),
+        join_rate_per_s=1 / joins_every_s,
+        duration_s=duration_s,
+        target_batch_size=batch,
+    )
+
+
 def test_rebalancing_goes_on_while_joiners_on_slow_links_chase_the_run() -> None:
     # Joiners on 20 Mbit/s links are placed on the heavy last stage, whose 184 MB state they copy for
     # over a minute while a step collects in seconds: each copy arrives behind, and they copy again.
     # Waiting for their copies held every step and stopped rebalancing for good (no move after the
     # first minute at the code before `server/policies/join_hold.py`; 55 steps instead of 81).
-    scenario = dataclasses.replace(
-        BASE,
-        averaging="all-to-all",
-        kinds=(T4,) * 12,
+    scenario = twelve_t4s_and_joiners(
         stages=(0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3),
-        mix=DeviceMix(devices={"t4": 1.0}, links={"slow": 1.0}),
-        join_rate_per_s=1 / 100,
-        duration_s=900.0,
-        target_batch_size=1024,
+        link="slow",
+        joins_every_s=100,
+        duration_s=900,
+        batch=1024,
     )
     sim = SwarmSim(scenario)
     report = sim.run()
@@ -165,15 +178,12 @@ def test_steps_and_decisions_go_on_while_copies_begin_every_few_seconds() -> Non
     # rebalancing, so a large swarm never averaged nor decided (at the code before this test: 2 steps
     # and 2 decisions in 5 minutes, both before the joins took over; the 10,000-peer scale run
     # averaged one step in 2 hours).
-    scenario = dataclasses.replace(
-        BASE,
-        averaging="all-to-all",
-        kinds=(T4,) * 12,
+    scenario = twelve_t4s_and_joiners(
         stages=(0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3),
-        mix=DeviceMix(devices={"t4": 1.0}, links={"broadband": 1.0}),
-        join_rate_per_s=1 / 2,
-        duration_s=300.0,
-        target_batch_size=2048,
+        link="broadband",
+        joins_every_s=2,
+        duration_s=300,
+        batch=2048,
     )
     sim = SwarmSim(scenario)
     report = sim.run()
