@@ -32,11 +32,14 @@ CPU peers run one thread each, as every local swarm here does (SWARMHUB_PEER_THR
 On a GPU machine whose python has torch but not this project's dependencies: download the lock's
 versions of pydantic, pydantic-core, pydantic-settings, python-dotenv, annotated-types,
 typing-inspection, typing-extensions, fastapi, starlette, annotated-doc, opentelemetry-api, uvicorn,
-sqlalchemy, greenlet, alembic, mako, argon2-cffi, argon2-cffi-bindings, cffi, pycparser,
-cryptography and websockets as wheels for its python (`pip download --no-deps --only-binary=:all:
---python-version 3.12 --platform manylinux...`), unpack bitsandbytes' wheel keeping only the
-libbitsandbytes_cpu/_cuda1xx libraries its CUDA needs, then `pip install --no-index --no-deps
---target /tmp/site WHEELS` and run with `PYTHONPATH=$PWD:/tmp/site:BITSANDBYTES_DIR`. Without
+h11, click, anyio, idna, sqlalchemy, greenlet, alembic, mako, markupsafe, argon2-cffi,
+argon2-cffi-bindings, cffi, pycparser, cryptography, websockets, httpx, httpcore, certifi,
+safetensors, prometheus-client, packaging and pyarrow (`server.app` imports it; its wheel is 55 MB,
+so strip it of flight, s3, headers and tests and carry it as a tar.xz) as wheels for its python
+(`pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux...`), unpack
+bitsandbytes' wheel keeping only the libbitsandbytes_cpu/_cuda1xx libraries its CUDA needs, then
+`pip install --no-index --no-deps --target /tmp/site WHEELS` (and unpack pyarrow there) and run
+with `PYTHONPATH=$PWD:/tmp/site:BITSANDBYTES_DIR`. Without
 `swarmhub` console scripts beside the interpreter, part 3 writes wrappers for them on PATH.
 """
 
