@@ -408,7 +408,7 @@ class Membership(StepCycle):
         stage_empty = bool(self.unserved_stages())
         if not stage_empty and (self.book.samples_sent or now - self.last_decision < REBALANCE_INTERVAL_S):
             return
-        if stage_empty and any(m.holds_step(now) for m in self.members.values()):
+        if stage_empty and self._a_copy_holds(now):
             return  # a copy under way may be the one that fills it
         self.last_decision = now
         links = inbound_link_rates({m.peer_id: m.links for m in self.members.values()})

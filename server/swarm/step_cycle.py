@@ -166,8 +166,7 @@ class StepCycle:
             return
         if self.batch_in_at is None or self.batch_in_at[0] != self.book.step:
             self.batch_in_at = (self.book.step, now)
-        copies_held = any(m.holds_step(now) for m in self.members.values())
-        if barrier_waits(now - self.batch_in_at[1], copies_held):
+        if barrier_waits(now - self.batch_in_at[1], self._a_copy_holds(now)):
             return  # checked again when the joiner is ready, and on every tick
         self.phase = Phase.AVERAGING
         self.barrier_at = now
@@ -182,6 +181,10 @@ class StepCycle:
         for stage in self.rounds:
             self._send_barrier(stage)
         self._maybe_record(now)
+
+    def _a_copy_holds(self, now: float) -> bool:
+        """Whether any member's copy of its stage is young enough to be waited for (`join_hold`)."""
+        return any(m.holds_step(now) for m in self.members.values())
 
     def _restart_round(self, stage: int, without: frozenset[int], now: float) -> None:
         """A new attempt at the stage's round without these members (lost, or holding it up)."""

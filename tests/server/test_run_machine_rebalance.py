@@ -123,13 +123,15 @@ class Harness:
         """One whole step; half-way the clock ticks and every peer sends a heartbeat. `granted` runs
         once its first microbatch is granted, `while_averaging` once its barrier is out."""
         start = self.now
+        first = True
         while True:
             (reply,) = sent(self.say(trainer, WorkRequest()), trainer)
             if isinstance(reply, NoWork):
                 break
             assert isinstance(reply, WorkGrant)
-            if granted is not None and len(self.machine.book.outstanding) + len(self.machine.book.done) == 1:
+            if first and granted is not None:
                 granted()
+            first = False
             self.serve(reply.microbatch_id)
             self.now += STEP_S / 4
             self.heartbeats()
