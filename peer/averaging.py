@@ -5,6 +5,11 @@ to every other member and sums what it receives: an all-to-all exchange, simple 
 handful of peers a stage has (each sends (K-1) x stage size). The sum is held until the
 coordinator confirms every member averaged over the same peers; only then is the step applied.
 
+A member's sum is the same in every attempt at a step's round (its accumulator is frozen at the
+first barrier), so a new attempt (a member was lost mid-round) does not send it again to members
+that acknowledged it: they still hold it. Simulated at 100 spot peers, restarts that pushed
+everything again spent most of a short-lived swarm's averaging on sums already delivered.
+
 Sums travel with the run's codec. A lossy codec must not let members drift apart (each stage's
 members stay bit-identical), so a member adds its own contribution as the others receive it:
 decoded from the very frame it sends. Every member then sums the same decoded tensors in the same
@@ -25,6 +30,7 @@ from swarmhub.wire import (
     ApplyStep,
     AveragingDone,
     ContributionNorm,
+    PeerEndpoint,
     PeerUnreachable,
     StepApplied,
     StepBarrier,
@@ -91,9 +97,10 @@ def summarize(contributions: dict[int, Contribution]) -> tuple[Tensor, float, di
 
 
 class GradientInbox:
-    """Contributions received from other members: per step, each sender's newest attempt only, so a
-    sender holds at most one sum here per step however many attempts it names (the stage server
-    takes pushes only for the step it is at, and only from authenticated senders)."""
+    """Contributions received from other members: per step, each sender's newest only, so a sender
+    holds at most one sum here per step however many attempts it names (the stage server takes
+    pushes only for the step it is at, and only from authenticated senders). A sum received in one
+    attempt serves every later attempt of the step: the sender's sum does not change between them."""
 
     def __init__(self) -> None:
         self._received: dict[int, dict[int, tuple[int, Contribution]]] = {}
@@ -108,19 +115,54 @@ class GradientInbox:
                 by_sender[sender] = (attempt, Contribution(grads=grads, counted=counted))
             self._changed.notify_all()
 
-    async def wait_for(self, step: int, attempt: int, senders: set[int]) -> dict[int, Contribution]:
-        """Wait until every sender in `senders` has contributed to (step, attempt)."""
+    async def wait_for(self, step: int, senders: set[int]) -> dict[int, Contribution]:
+        """Wait until every sender in `senders` has contributed to the step, in this attempt or an
+        earlier one."""
         async with self._changed:
-            await self._changed.wait_for(lambda: senders <= self.senders(step, attempt))
+            await self._changed.wait_for(lambda: senders <= self.senders(step))
             got = self._received.get(step, {})
             return {s: got[s][1] for s in senders}
 
-    def senders(self, step: int, attempt: int) -> set[int]:
-        return {s for s, (a, _) in self._received.get(step, {}).items() if a == attempt}
+    def senders(self, step: int) -> set[int]:
+        return set(self._received.get(step, {}))
 
     def drop_through(self, step: int) -> None:
         for key in [k for k in self._received if k <= step]:
             del self._received[key]
+
+    def clear(self) -> None:
+        """Forget every sum: the coordinator restarted (or dropped this peer), and the senders threw
+        their accumulated gradients away, so what they sent before is nobody's contribution now."""
+        self._received.clear()
+
+
+class Deliveries:
+    """Which members acknowledged this peer's sum, per step: a later attempt of the step pushes only
+    to the others. Keyed by the sum's digest as well, so a sum that changed (the accumulator was
+    thrown away and filled again) goes to everyone."""
+
+    def __init__(self) -> None:
+        self._acked: dict[int, tuple[bytes, set[int]]] = {}
+        """Step -> (digest of the sum pushed, members that acknowledged it)."""
+
+    def still_to_push(self, step: int, digest: bytes, members: list[PeerEndpoint]) -> list[PeerEndpoint]:
+        held = self._acked.get(step)
+        if held is None or held[0] != digest:
+            return members
+        return [m for m in members if m.peer_id not in held[1]]
+
+    def acknowledged(self, step: int, digest: bytes, peer_id: int) -> None:
+        held = self._acked.get(step)
+        if held is None or held[0] != digest:
+            held = self._acked[step] = (digest, set())
+        held[1].add(peer_id)
+
+    def drop_through(self, step: int) -> None:
+        for key in [k for k in self._acked if k <= step]:
+            del self._acked[key]
+
+    def clear(self) -> None:
+        self._acked.clear()
 
 
 class Averager:
@@ -131,6 +173,7 @@ class Averager:
         self._peer = peer
         self._pending_sum: dict[int, tuple[int, Tensor]] = {}
         """Step -> (averaging attempt, the group's summed gradient), kept until the update is applied."""
+        self.deliveries = Deliveries()
 
     async def average(self, barrier: StepBarrier) -> None:
         peer = self._peer
@@ -183,25 +226,27 @@ class Averager:
                 raise TransportError(f"gradient push answered with a refused reply: {exc}") from exc
             if isinstance(answer, ErrorReply):
                 raise TransportError(f"gradient push refused: {answer.error}")
+            self.deliveries.acknowledged(barrier.step, payload.digest, peer_id)
 
         members = {p.peer_id for p in others}
+        receivers = self.deliveries.still_to_push(barrier.step, payload.digest, others)
         try:
             async with asyncio.timeout(timeout):
                 pushed = await asyncio.gather(
-                    *(push(p.peer_id, p.address) for p in others), return_exceptions=True
+                    *(push(p.peer_id, p.address) for p in receivers), return_exceptions=True
                 )
-                outcomes = zip(others, pushed, strict=True)
+                outcomes = zip(receivers, pushed, strict=True)
                 failed = {p.peer_id: result for p, result in outcomes if result is not None}
                 if failed:
                     # Each push's own error: "failed" alone left a refused frame, a closed connection and
                     # a slow link looking alike.
                     causes = "; ".join(f"{peer_id}: {failed[peer_id]}" for peer_id in sorted(failed))
                     raise TransportError(f"gradient push to peers {sorted(failed)} failed ({causes})")
-                received = await server.inbox.wait_for(barrier.step, barrier.attempt, members)
+                received = await server.inbox.wait_for(barrier.step, members)
         except (TransportError, TimeoutError) as exc:
             # Name the members that did not deliver: the coordinator marks them lost on enough such
             # reports and starts a new attempt without them.
-            arrived = server.inbox.senders(barrier.step, barrier.attempt)
+            arrived = server.inbox.senders(barrier.step)
             for peer_id in sorted(members - arrived):
                 await peer.control.send(
                     PeerUnreachable(
@@ -257,7 +302,7 @@ class Averager:
             # steps its counter and nothing else, so the stage's copies stay identical.
             self._pending_sum.pop(message.step, None)
             await server.compute(lambda: worker.apply_step(torch.zeros(0), 0, message.learning_rate, 1.0))
-            server.inbox.drop_through(message.step)
+            self._forget_through(message.step)
             await self._peer.control.send(StepApplied(step=message.step, stage=message.stage))
             return True
         pending = self._pending_sum.get(message.step)
@@ -277,6 +322,16 @@ class Averager:
         await server.compute(
             lambda: worker.apply_step(summed, samples, message.learning_rate, message.grad_scale)
         )
-        server.inbox.drop_through(message.step)
+        self._forget_through(message.step)
         await self._peer.control.send(StepApplied(step=message.step, stage=message.stage))
         return True
+
+    def _forget_through(self, step: int) -> None:
+        self._peer.server.inbox.drop_through(step)
+        self.deliveries.drop_through(step)
+
+    def forget_sums(self) -> None:
+        """The coordinator restarted or dropped this peer, and everyone's accumulated gradients were
+        thrown away: no sum sent or received so far is anyone's contribution."""
+        self._peer.server.inbox.clear()
+        self.deliveries.clear()

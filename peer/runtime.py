@@ -117,6 +117,7 @@ class MessageRouter:
                 peer.heartbeat_interval_s = message.heartbeat_interval_s
                 if peer.server.worker is not None:
                     await peer.server.compute(peer.server.worker.discard_accumulated)
+                self._averager.forget_sums()
             case DataPlaneTicket():
                 peer.take_ticket(message)
             case StageAssignment():

@@ -92,6 +92,8 @@ async def load_stage(peer: JoinedPeer, assignment: StageAssignment, averager: Av
             )
             return
         peer.server.worker = worker
+        # Sums of another stage or step were never this worker's round's.
+        averager.forget_sums()
         # Rates measured on another stage say nothing about this one.
         peer.server.seconds_per_sample.clear()
         # The heartbeats sent while copying carried the old stage's rate (or none): the coordinator

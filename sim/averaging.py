@@ -7,14 +7,15 @@ others, one push after another through its one paced upload (`UploadPacer` queue
 order of the barrier's group, by peer id), and takes the others' sums through its download. A
 member gives up on the round after its timeout (`push_timeout_s`): it then names the members whose
 sums had not arrived (`AveragingRound.missed`) and reports nothing; one that had everything in time
-and whose pushes went out reports. Acknowledgements (a few bytes) are taken to pass unpaced.
+and whose pushes went out reports. Acknowledgements (a few bytes) are taken to pass unpaced. A new
+attempt at the round pushes only the sums its members do not hold yet (`peer.averaging.Deliveries`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,43 +41,72 @@ class RoundOutcome:
     """Member that gave up -> the members whose sums it had not received by its timeout."""
     ends_s: float
     """When the last sum is in (sent and taken), from the barrier: the round's end if complete."""
+    delivered_s: dict[tuple[int, int], float] = field(default_factory=dict)
+    """(sender, receiver) -> when the receiver had the sender's sum, from the barrier (all-to-all;
+    pairs held before the round are not listed): what a new attempt need not push again."""
+
+    def held_by(self, elapsed_s: float) -> frozenset[tuple[int, int]]:
+        """The (sender, receiver) pairs delivered `elapsed_s` after the barrier."""
+        return frozenset(pair for pair, at in self.delivered_s.items() if at <= elapsed_s)
 
     @property
     def complete(self) -> bool:
         return self.reported == self.group
 
 
-def all_to_all_round(members: Sequence[Pusher], wire_bytes: float, timeout_s: float) -> RoundOutcome:
+def all_to_all_round(
+    members: Sequence[Pusher],
+    wire_bytes: float,
+    timeout_s: float,
+    held: frozenset[tuple[int, int]] = frozenset(),
+) -> RoundOutcome:
     """Who reports, and who misses whom, in one all-to-all round of `members` pushing sums of
-    `wire_bytes` each, every member giving up `timeout_s` after the barrier. O(K) when every sum
-    arrives in time; each late sender costs O(K) more, to find who had its sum before giving up."""
+    `wire_bytes` each, every member giving up `timeout_s` after the barrier; `held`: the (sender,
+    receiver) pairs delivered in earlier attempts, which are not pushed again. O(K^2) per round: the
+    time each sum reaches each member is kept for an attempt that follows."""
     ordered = sorted(members, key=lambda m: m.peer_id)
     group = frozenset(m.peer_id for m in ordered)
-    pushes = len(ordered) - 1
-    if pushes < 1:
+    if len(ordered) < 2:
         return RoundOutcome(group=group, reported=group, missed={}, ends_s=0.0)
-    # A sender's last push is out after all K-1 of its sums went through its upload; its last
-    # receiver has it a latency later. A receiver takes the K-1 sums through its download.
-    sent = {m.peer_id: m.ready_s + pushes * wire_bytes / m.upload + m.latency_s for m in ordered}
-    taken = {m.peer_id: pushes * wire_bytes / m.download + m.latency_s for m in ordered}
+    # A sender's pushes go out one after another through its upload, in the group's order; a
+    # receiver takes the sums it does not hold through its download.
+    to_push = {
+        m.peer_id: [
+            r.peer_id for r in ordered if r.peer_id != m.peer_id and (m.peer_id, r.peer_id) not in held
+        ]
+        for m in ordered
+    }
+    delivered: dict[tuple[int, int], float] = {}
+    for sender in ordered:
+        per_push = wire_bytes / sender.upload
+        for rank, receiver in enumerate(to_push[sender.peer_id]):
+            delivered[(sender.peer_id, receiver)] = sender.ready_s + (rank + 1) * per_push + sender.latency_s
+    sent = {
+        m.peer_id: m.ready_s + len(to_push[m.peer_id]) * wire_bytes / m.upload + m.latency_s
+        if to_push[m.peer_id]
+        else 0.0
+        for m in ordered
+    }
+    into = {m.peer_id: 0 for m in ordered}
+    for _, receiver in delivered:
+        into[receiver] += 1
+    taken = {
+        m.peer_id: into[m.peer_id] * wire_bytes / m.download + m.latency_s if into[m.peer_id] else 0.0
+        for m in ordered
+    }
     late_for: dict[int, set[int]] = {}
     """Receiver -> late senders whose sum had not reached it by its timeout (a late sender's early
     receivers may still have had it in time: its pushes go out one after another)."""
-    for sender in ordered:
-        if sent[sender.peer_id] <= timeout_s:
-            continue
-        per_push = wire_bytes / sender.upload
-        others = [m.peer_id for m in ordered if m.peer_id != sender.peer_id]
-        for rank, receiver in enumerate(others):
-            if sender.ready_s + (rank + 1) * per_push + sender.latency_s > timeout_s:
-                late_for.setdefault(receiver, set()).add(sender.peer_id)
+    for (sender, receiver), at in delivered.items():
+        if at > timeout_s:
+            late_for.setdefault(receiver, set()).add(sender)
     missed: dict[int, frozenset[int]] = {}
     reported: set[int] = set()
     for m in ordered:
         me = m.peer_id
         if taken[me] > timeout_s:
-            # Its download cannot take the others' sums in time: it misses them all.
-            missed[me] = frozenset(p.peer_id for p in ordered if p.peer_id != me)
+            # Its download cannot take the others' sums in time: it misses those it did not hold.
+            missed[me] = frozenset(sender for sender, receiver in delivered if receiver == me)
         elif me in late_for:
             missed[me] = frozenset(late_for[me])
         elif sent[me] <= timeout_s:
@@ -87,6 +117,7 @@ def all_to_all_round(members: Sequence[Pusher], wire_bytes: float, timeout_s: fl
         reported=frozenset(reported),
         missed=missed,
         ends_s=max(max(sent.values()), max(taken.values())),
+        delivered_s=delivered,
     )
 
 

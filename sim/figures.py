@@ -31,6 +31,9 @@ SAMPLES_PER_PEER_PER_STEP = 13.1
 takes about as long at every size and each run closes many steps."""
 
 
+PATTERNS = ("butterfly", "all-to-all")
+
+
 def _run(scenario: Scenario) -> RunReport:
     while QUIET.exists():
         time.sleep(30)
@@ -76,6 +79,8 @@ def failure_sweep(quick: bool) -> tuple[list[dict[str, Any]], Callable[[Any], No
 
 
 def scale(quick: bool) -> tuple[list[dict[str, Any]], Callable[[Any], None]]:
+    """Each size twice: averaging in a butterfly (what a stage of hundreds would need) and all-to-all
+    (what the peers do today, `peer/averaging.py`)."""
     base = SCENARIOS["scale-10k"]
     sizes = (100, 1000, 10_000)
     duration = 2 * 3600.0
@@ -84,45 +89,53 @@ def scale(quick: bool) -> tuple[list[dict[str, Any]], Callable[[Any], None]]:
     rows = []
     for peers in sizes:
         batch = max(base.microbatch_size, round(SAMPLES_PER_PEER_PER_STEP * peers / base.microbatch_size))
-        scenario = dataclasses.replace(
-            base,
-            name=f"scale-{peers}",
-            peers=peers,
-            target_batch_size=batch * base.microbatch_size,
-            duration_s=duration,
-            # Bundling trades queue granularity for speed; small swarms afford every call.
-            bundle=base.bundle if peers >= 5000 else 1,
-        )
-        report = _run(scenario)
-        coordinator = report.coordinator
-        rows.append(
-            {
-                **report.headline(),
-                "peers": peers,
-                "target_batch_size": scenario.target_batch_size,
-                "simulated_s": duration,
-                "coordinator_messages_per_s": coordinator["messages_received_per_s"]
-                + coordinator["messages_sent_per_s"],
-                "view_endpoints_per_s": coordinator["view_endpoints_per_s"],
-                "decision_seconds_per_simulated_s": coordinator["decision_seconds_per_simulated_s"],
-                "decision_seconds": coordinator["decision_seconds"],
-                "decisions": coordinator["decisions"],
-            }
-        )
+        for averaging in PATTERNS:
+            scenario = dataclasses.replace(
+                base,
+                name=f"scale-{peers}",
+                peers=peers,
+                target_batch_size=batch * base.microbatch_size,
+                duration_s=duration,
+                averaging=averaging,
+                # Bundling trades queue granularity for speed; small swarms afford every call.
+                bundle=base.bundle if peers >= 5000 else 1,
+            )
+            report = _run(scenario)
+            coordinator = report.coordinator
+            rows.append(
+                {
+                    **report.headline(),
+                    "peers": peers,
+                    "averaging": averaging,
+                    "target_batch_size": scenario.target_batch_size,
+                    "simulated_s": duration,
+                    "coordinator_messages_per_s": coordinator["messages_received_per_s"]
+                    + coordinator["messages_sent_per_s"],
+                    "view_endpoints_per_s": coordinator["view_endpoints_per_s"],
+                    "decision_seconds_per_simulated_s": coordinator["decision_seconds_per_simulated_s"],
+                    "decision_seconds": coordinator["decision_seconds"],
+                    "decisions": coordinator["decisions"],
+                }
+            )
 
     def plot(ax: Any) -> None:
-        labels = [f"{r['peers']:,} peers" for r in rows]
-        ax.bar(labels, [r["fraction_of_ideal"] for r in rows], color="tab:blue")
-        for i, r in enumerate(rows):
-            ax.annotate(
-                f"{r['fraction_of_ideal']:.2f} of ideal\n{r['coordinator_messages_per_s']:,.0f} msg/s\n"
-                f"decisions {1000 * r['decision_seconds_per_simulated_s']:.2f} ms/s",
-                (i, r["fraction_of_ideal"]),
-                ha="center",
-                va="bottom",
-                fontsize=7,
-            )
-        ax.set_ylim(0, 1.3)
+        width = 0.4
+        for offset, (averaging, color) in enumerate(zip(PATTERNS, ("tab:blue", "tab:orange"), strict=True)):
+            mine = [r for r in rows if r["averaging"] == averaging]
+            xs = [i + (offset - 0.5) * width for i in range(len(mine))]
+            ax.bar(xs, [r["fraction_of_ideal"] for r in mine], width, color=color, label=averaging)
+            for x, r in zip(xs, mine, strict=True):
+                ax.annotate(
+                    f"{r['fraction_of_ideal']:.3f}\n{r['coordinator_messages_per_s']:,.0f} msg/s\n"
+                    f"{1000 * r['decision_seconds_per_simulated_s']:.2f} ms/s",
+                    (x, r["fraction_of_ideal"]),
+                    ha="center",
+                    va="bottom",
+                    fontsize=6,
+                )
+        ax.set_xticks(range(len(sizes)), [f"{peers:,} peers" for peers in sizes])
+        ax.set_ylim(0, 0.5)
+        ax.legend(fontsize=7, title="averaging", title_fontsize=7)
         ax.set_ylabel("committed samples/s over the ideal placement's")
         ax.set_title(f"32 stages of a 7B model, spot GPUs, mean lifetime 4 h, {duration / 3600:g} h each")
 
@@ -185,6 +198,7 @@ COLUMNS = [
     "scenario",
     "mode",
     "peers",
+    "averaging",
     "samples_per_s",
     "ideal_rate",
     "fraction_of_ideal",

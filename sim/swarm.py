@@ -190,6 +190,9 @@ class SwarmSim:
         self.batch_in_at: tuple[int, float] | None = None
         """`StepCycle.batch_in_at`."""
         self.rounds: dict[int, AveragingRound] = {}
+        self.round_sums: dict[int, tuple[float, RoundOutcome, frozenset[tuple[int, int]]]] = {}
+        """Stage -> (when its round's latest attempt began, that attempt's outcome, the (sender,
+        receiver) sums held before it): what a new attempt of the step need not push again."""
         self.pending_apply: set[int] = set()
         self.last_decision = -1e9
         self.flight: dict[str, _Microbatch] = {}
@@ -670,6 +673,7 @@ class SwarmSim:
         if barrier_waits(self.now - self.batch_in_at[1], self._copy_holds_step()):
             return
         self.phase = AVERAGING
+        self.round_sums = {}
         self.rounds = {
             s: AveragingRound(stage=s, attempt=0, group=frozenset(self.view[s])) for s in range(self.S)
         }
@@ -687,16 +691,28 @@ class SwarmSim:
         when the last sum is in, or at the coordinator's deadline without whoever held it up."""
         self.rounds[stage] = round_
         self.tally.sent["StepBarrier"] += len(round_.group)
-        outcome, limit = self._round_outcome(stage, round_.group)
+        held: frozenset[tuple[int, int]] = frozenset()
+        if stage in self.round_sums:
+            began, before, held_before = self.round_sums[stage]
+            held = frozenset(
+                (sender, receiver)
+                for sender, receiver in held_before | before.held_by(self.now - began)
+                if sender in round_.group and receiver in round_.group
+            )
+        outcome, limit = self._round_outcome(stage, round_.group, held)
+        self.round_sums[stage] = (self.now, outcome, held)
         if outcome.complete:
             self.events.at(self.now + outcome.ends_s, self._averaged, stage, round_.attempt)
         else:
             self.events.at(self.now + limit, self._expired, stage, (round_.attempt, outcome))
 
-    def _round_outcome(self, stage: int, group: frozenset[int]) -> tuple[RoundOutcome, float]:
+    def _round_outcome(
+        self, stage: int, group: frozenset[int], held: frozenset[tuple[int, int]]
+    ) -> tuple[RoundOutcome, float]:
         """The round's outcome and the coordinator's deadline for it (seconds from the barrier): the
         barrier's push allowance from the slowest link measured among the members
-        (`StepCycle._send_barrier`), each member's timeout as `Averager.average` takes it."""
+        (`StepCycle._send_barrier`), each member's timeout as `Averager.average` takes it; `held`:
+        the sums delivered in earlier attempts of the step (all-to-all does not push them again)."""
         model, peers = self.model, self.peers
         wire = self._wire_gradient_bytes[stage]
         # The coordinator sizes the allowance by an even stage's float32 sum (`_stage_gradient_bytes`).
@@ -718,8 +734,10 @@ class SwarmSim:
             )
             for p in group
         ]
-        exchange = all_to_all_round if self.sc.averaging == "all-to-all" else butterfly_round
-        return exchange(members, wire, timeout), round_limit_s(self.sc.averaging_deadline_s, allowance)
+        limit = round_limit_s(self.sc.averaging_deadline_s, allowance)
+        if self.sc.averaging == "butterfly":
+            return butterfly_round(members, wire, timeout), limit
+        return all_to_all_round(members, wire, timeout, held), limit
 
     def _link_reading(self, p: int) -> float | None:
         """What trainers measure of a peer's link once they called it (`LinkMeter`: a call's bytes both

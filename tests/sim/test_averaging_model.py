@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from server.policies.averaging import AveragingRound
+from sim import swarm as sim_swarm
 from sim.averaging import Pusher, all_to_all_round, butterfly_round, ring_allreduce_s
 from sim.devices import LINKS, PeerKind
 from sim.fixed import allreduce_s, pipeline_rate, simulate_fixed
@@ -55,6 +56,43 @@ def test_all_to_all_round(
     assert outcome.missed == missed
     assert outcome.ends_s == pytest.approx(ends_s)
     assert outcome.complete == (reported == {m.peer_id for m in members})
+
+
+@pytest.mark.parametrize(
+    ("members", "held", "reported", "missed", "ends_s"),
+    [
+        # 1 and 2 exchanged their sums before 3 was lost: the new attempt pushes nothing.
+        ([_pusher(1), _pusher(2)], {(1, 2), (2, 1)}, {1, 2}, {}, 0.0),
+        # 2 holds 1's sum but 1 not 2's: one push of 10 MB at 10 MB/s.
+        ([_pusher(1), _pusher(2)], {(1, 2)}, {1, 2}, {}, 1.0),
+        # The slow uploader's first push (to 2) was in: only its push to 3 goes again, 10 s at 1 MB/s,
+        # and 3, which had nothing of it in time before, has it now.
+        (SLOW_UPLOAD, {(1, 2)}, {1, 2, 3}, {}, 10.0),
+        # Held pairs of members not in the round change nothing.
+        (EVEN, {(4, 1), (1, 4)}, {1, 2, 3}, {}, 2.0),
+    ],
+)
+def test_a_new_attempt_pushes_only_the_sums_not_held_yet(
+    members: list[Pusher],
+    held: set[tuple[int, int]],
+    reported: set[int],
+    missed: dict[int, set[int]],
+    ends_s: float,
+) -> None:
+    outcome = all_to_all_round(members, 10 * MB, 15.0, frozenset(held))
+    assert outcome.reported == reported
+    assert outcome.missed == missed
+    assert outcome.ends_s == pytest.approx(ends_s)
+    assert not held & outcome.delivered_s.keys()
+
+
+def test_what_an_attempt_delivered_by_a_moment_is_what_its_pushes_had_sent() -> None:
+    # Member 1 pushes at 1 MB/s to 2 (in at 10 s), then to 3 (20 s); 2 and 3 push in 1 s each.
+    outcome = all_to_all_round(SLOW_UPLOAD, 10 * MB, 30.0)
+    assert outcome.held_by(0.5) == frozenset()
+    assert outcome.held_by(2.0) == {(2, 1), (2, 3), (3, 1), (3, 2)}
+    assert outcome.held_by(10.0) == {(2, 1), (2, 3), (3, 1), (3, 2), (1, 2)}
+    assert outcome.held_by(20.0) == outcome.delivered_s.keys()
 
 
 @pytest.mark.parametrize(
@@ -182,3 +220,25 @@ def test_a_fixed_pipelines_throughput_falls_with_averaging_on_slow_links() -> No
 
 def test_a_lone_pipeline_has_nothing_to_average() -> None:
     assert allreduce_s([(T4,) * 4], BASE.stage_model(), BASE.compression) == 0.0
+
+
+def test_a_round_restarted_after_a_death_pushes_only_what_the_survivors_lack(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Stage 0's three members: initial peer 8 uploads at 6 MB/s, the others at 60 MB/s. Its pushes
+    # hold the round up; it dies 45 s in (the first barrier was at 29 s), and when it is forgotten the
+    # two survivors have long held each other's sums. The new attempt needs no push.
+    kinds = tuple(_paced(6 * MB) if i == 8 else _paced(60 * MB) for i in range(12))
+    scenario = dataclasses.replace(
+        _one_paced_server(60 * MB), kinds=kinds, non_trainers=(), deaths=((45.0, 8),), duration_s=60.0
+    )
+    kept = SwarmSim(scenario)
+    kept_report = kept.run()
+    # The peers as they were: every attempt pushed every sum again.
+    whole = sim_swarm.all_to_all_round
+    monkeypatch.setattr(sim_swarm, "all_to_all_round", lambda m, w, t, held=frozenset(): whole(m, w, t))
+    again = SwarmSim(scenario).run()
+    one_push = kept._wire_gradient_bytes[0] / (60 * MB)
+    assert kept_report.samples_lost == again.samples_lost > 0
+    # Later by one survivor's push (and its link's latency of a few milliseconds).
+    assert again.step_times[0] - kept_report.step_times[0] == pytest.approx(one_push, abs=0.005)
