@@ -284,7 +284,10 @@ class Verification(Membership):
         flagged = out_of_proportion(contributions, list(history))
         del self._contributions[message.stage]
         for peer_id in contributions.keys() - flagged.keys():
-            if peer_id in self.members:
+            # Only a gradient judged and accepted starts the count again: an empty one (a member
+            # routed no work this step, as one just back from copying its stage may be) says nothing,
+            # and let a liar rejected every round it worked go on unbanned.
+            if peer_id in self.members and contributions[peer_id][1] > 0:
                 self.members[peer_id].rejected_rounds = 0
         if not flagged:
             history.extend(per_sample_norm(n, s) for n, s in contributions.values() if s > 0)
