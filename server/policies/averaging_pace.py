@@ -11,13 +11,19 @@ against 7-60 s of collecting; on a middle stage (1.3 MB sums) the same peers pus
 Two rules, both pure, which `rebalance.choose_moves` applies when given a `StepAveraging`:
 - `RoundBudget.admits`: a move planned for rates may not make its new stage's round longer than
   both the step's collecting and the longest round now;
-- `choose_pace_moves`: while the longest round outlasts the step's collecting, the outliers among
-  its stage's uploads (under half the median member's) move to the stages whose rounds they
-  lengthen least, if the shorter step gains more samples over the decision's horizon than their
-  copies cost.
-Members about as fast as the rest stay: a large stage's round is long because of K, which moving
-one member at a time barely shortens (an averaging pattern whose traffic does not grow with K
-would).
+- `choose_pace_moves`: while the longest round outlasts the step's collecting, members leave its
+  stage, slowest upload first (then the least served, then the lowest id; members as fast as the
+  rest only while the round is most of the step), for the stages whose rounds they lengthen least,
+  if the shorter step gains more samples over the decision's horizon than their copies cost, and
+  only as many as the rate plan would not bring back (`RoundBudget` after the moves must refuse
+  each of them its old stage again).
+A large stage's round is long because of K, not only because of a slow member: in the simulator's
+churn-100 swarm without deaths, the rate plan filled the head stage with 26 broadband members (for
+its compute), whose round took 28 s a step against 2 s of collecting. Moving only upload outliers
+(under half the median member's) left that untouched. A first version that moved any slowest
+member ping-ponged a peer in and out of the head stage (its leaving slowed collecting, and the
+longer collecting let the rate plan admit it again): the re-admission check rules that out for the
+rates of the decision, and `DOMINANT_ROUND` keeps moves whose gain the rates' noise could undo off.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ class Uplink:
     stage: int
     upload: float | None
     """Bytes/s its pushes are given (`averaging.pushing_rate`); None: not measured, never the pace."""
+    rate: float = 0.0
+    """Samples/s it serves on its stage: of members as fast to push, the least served leaves first."""
 
 
 def round_s(members: int, gradient_bytes: float, slowest_upload: float | None) -> float:
@@ -101,12 +109,21 @@ class RoundBudget:
 
 OUTLIER_SHARE = 0.5
 """A member paces its stage's round as an outlier when its upload is under this share of the
-median member's there. Members about as fast as the rest are not moved for averaging: their round
-is long because the stage is large, which moving one of them at a time barely shortens, and the
-rate plan would bring it back (a peer moved back and forth every decision in a machine test)."""
+median member's there."""
+DOMINANT_ROUND = 4.0
+"""Members about as fast to push as the rest move only while the longest round outlasts the step's
+collecting this many times over (averaging is four fifths of the step): a large stage's round is
+long because of K, and moving a few of its members shortens it by a few pushes, worth a copy when
+averaging is most of the step (simulated churn-100: a 28 s round after 2 s of collecting). Nearer
+the collecting, rates measured over a few seconds decide it as much as the moves do: in a machine
+test a broadband member was moved off a 2 s round after 0.9 s of collecting for a step ~2.9 s ->
+~2.6 s, and at twice the collecting one was moved back by the rate plan two decisions later."""
 MOST_PACE_MOVES = 8
-"""Slow members a decision moves off one stage at most: several may share the slowest upload (the
-round is only as short as its slowest member left), and copies to few sources queue."""
+"""Members a decision moves off one stage at most: several may share the slowest upload (the round
+is only as short as its slowest member left), and copies to few sources queue."""
+STAYING_MEMBERS = 2
+"""Members the paced stage keeps at least: one to serve, and one its calls fail over to (a shorter
+round is not worth a stage that stalls the pipeline when its one member dies)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,18 +157,22 @@ def choose_pace_moves(
     movable: Callable[[int], bool],
     horizon_s: float,
 ) -> PacePlan | None:
-    """Moves of the members that pace the step's longest round, or None.
+    """Moves of members off the stage whose round is the step's longest, or None.
 
     Only while that round outlasts the step's collecting (`batch_size` samples at `pipeline_rate`):
-    below that, averaging is not what the step waits for. Its stage's members with uploads under
-    `OUTLIER_SHARE` of its median member's leave, slowest first (then lowest id), at most
-    `MOST_PACE_MOVES` (never the last: half the measured are at least the median); each goes to the stage
-    whose round it lengthens least, then the lowest index (its rate counts in the step through
-    `rate_with_moves`: the pipeline's rate with peers on the stages given). Of the first 1, 2, ...
-    of them (stopping at one that may not move: `movable`, an unsettled rate), the number with
-    the most samples over `horizon_s` is made, if any beats making none: the movers serve nothing
-    while they copy (`copy_s`), so a step shortened counts only for the horizon after the longest
-    copy."""
+    below that, averaging is not what the step waits for. Its measured members leave slowest upload
+    first (then the least served, then the lowest id): upload outliers (`OUTLIER_SHARE`) always, the
+    others only while the round dominates the step (`DOMINANT_ROUND`); at most `MOST_PACE_MOVES`,
+    and the stage keeps `STAYING_MEMBERS`. Each goes to the stage whose round it lengthens least,
+    then the lowest index; its rate counts in the step through `rate_with_moves` (the pipeline's
+    rate with peers on the stages given).
+
+    Of the first 1, 2, ... of them (stopping at one that may not move: `movable`, an unsettled
+    rate), the number with the most samples over `horizon_s` is made, if any beats making none: the
+    movers serve nothing while they copy (`copy_s`), so a step shortened counts only for the horizon
+    after the longest copy. A number is considered only if the placement it leaves would refuse every
+    mover its old stage again (`RoundBudget.admits` with the collecting of the pipeline after the
+    moves): the rate plan would otherwise bring one back at the next decision."""
     num_stages = len(gradient_bytes)
     budget = RoundBudget(uplinks, gradient_bytes, 0.0)
     rounds = budget.rounds
@@ -160,15 +181,21 @@ def choose_pace_moves(
     if longest <= 0 or longest <= step_s(batch_size, pipeline_rate, 0.0):
         return None
     before = step_s(batch_size, pipeline_rate, longest)
-    measured = sorted((u.upload, u.peer_id) for u in uplinks if u.stage == paced and u.upload is not None)
-    median = statistics.median(upload for upload, _ in measured) if measured else 0.0
-    outliers = [(upload, peer_id) for upload, peer_id in measured if upload < OUTLIER_SHARE * median]
+    measured = sorted(
+        (u.upload, u.rate, u.peer_id) for u in uplinks if u.stage == paced and u.upload is not None
+    )
+    candidates = measured
+    if longest <= DOMINANT_ROUND * step_s(batch_size, pipeline_rate, 0.0):
+        median = statistics.median(upload for upload, _, _ in measured) if measured else 0.0
+        candidates = [m for m in measured if m[0] < OUTLIER_SHARE * median]
     staying = budget.counts[paced]
     baseline = horizon_s / before
     best: PacePlan | None = None
     moves: dict[int, int] = {}
     longest_copy = 0.0
-    for k, (upload, peer_id) in enumerate(outliers[:MOST_PACE_MOVES], start=1):
+    for k, (upload, _, peer_id) in enumerate(
+        candidates[: min(MOST_PACE_MOVES, staying - STAYING_MEMBERS)], start=1
+    ):
         if not movable(peer_id):
             break
         staying -= 1
@@ -179,20 +206,25 @@ def choose_pace_moves(
         budget.join(target, upload)
         moves[peer_id] = target
         longest_copy = max(longest_copy, copy_s(peer_id, target))
+        if longest_copy >= horizon_s:
+            break
         left = measured[k][0] if k < len(measured) else None
         after_rounds = [budget.round_of(t) for t in range(num_stages)]
         after_rounds[paced] = round_s(staying, gradient_bytes[paced], left)
-        after = step_s(batch_size, rate_with_moves(dict(moves)), max(after_rounds))
-        if longest_copy >= horizon_s:
-            break
+        rate_after = rate_with_moves(dict(moves))
+        after = step_s(batch_size, rate_after, max(after_rounds))
+        allowed = averaging_budget_s(after_rounds, step_s(batch_size, rate_after, 0.0))
+        # Of the movers, this one pushes fastest: the one the budget would refuse last.
+        comes_back = round_s(staying + 1, gradient_bytes[paced], upload) <= allowed
         gain = batch_size * ((horizon_s - longest_copy) / after - baseline)
-        if gain > 0 and (best is None or gain > best.gain):
-            best = PacePlan(
-                moves=tuple(moves.items()),
-                from_stage=paced,
-                step_before_s=before,
-                step_after_s=after,
-                copy_s=longest_copy,
-                gain=gain,
-            )
+        if comes_back or gain <= 0 or (best is not None and gain <= best.gain):
+            continue
+        best = PacePlan(
+            moves=tuple(moves.items()),
+            from_stage=paced,
+            step_before_s=before,
+            step_after_s=after,
+            copy_s=longest_copy,
+            gain=gain,
+        )
     return best

@@ -313,7 +313,9 @@ def choose_moves(
         return _fill_empty(swarm, counts, copy_s, horizon_s)
     budget = None
     if averaging is not None:
-        uplinks = [Uplink(peer_id=p.peer_id, stage=p.stage, upload=p.upload) for p in peers]
+        uplinks = [
+            Uplink(peer_id=p.peer_id, stage=p.stage, upload=p.upload, rate=p.throughput) for p in peers
+        ]
         rate = min(swarm.means({}))
         eased = _ease_averaging(swarm, counts, uplinks, rate, averaging, copy_s, horizon_s)
         if eased is not None:

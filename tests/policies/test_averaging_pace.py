@@ -9,6 +9,7 @@ import pytest
 
 from server.policies.averaging_pace import (
     MOST_PACE_MOVES,
+    STAYING_MEMBERS,
     RoundBudget,
     Uplink,
     averaging_budget_s,
@@ -173,11 +174,12 @@ def test_a_copy_longer_than_the_horizon_is_not_made() -> None:
 @pytest.mark.parametrize(
     ("heavy", "member_rate", "unsettled", "expected"),
     [
-        # Three slow members push for 11.2 s after 2 s of collecting, but they are the stage's pace,
-        # not outliers in it: moving one at a time would barely shorten the round.
-        pytest.param([SLOW] * 3, [2000.0, 1000.0], frozenset(), None, id="as slow as the rest"),
         pytest.param([BROADBAND] * 9 + [SLOW], None, frozenset({12}), None, id="an unsettled pace-setter"),
-        pytest.param([None] * 8 + [BROADBAND] * 2 + [SLOW], None, frozenset(), [(13, 0)], id="unmeasured"),
+        # The slow member leaves; of the two broadband ones, one more brings a light stage (the
+        # pipeline's bottleneck) a member; the unmeasured eight are never the pace.
+        pytest.param(
+            [None] * 8 + [BROADBAND] * 2 + [SLOW], None, frozenset(), [(13, 0), (11, 0)], id="unmeasured"
+        ),
     ],
 )
 def test_who_may_not_move(
@@ -189,6 +191,68 @@ def test_who_may_not_move(
     peers = uplinks([FAST] * 2, heavy)
     decided = decide(peers, [LIGHT, HEAVY], member_rate=member_rate, unsettled=unsettled)
     assert (None if decided is None else decided[0]) == expected
+
+
+def test_a_stage_as_slow_as_its_pace_still_keeps_a_second_member() -> None:
+    # Three members as slow as each other push for 2 x 14 MB / 2.5 MB/s = 11.2 s after 1.4 s of
+    # collecting. With one fewer the round halves and collecting, at 2,000 samples/s, takes 2 s; with
+    # two fewer there would be no round at all, but a stage of one stalls the pipeline when it dies.
+    peers = uplinks([FAST] * 2, [SLOW] * 3)
+    decided = decide(peers, [LIGHT, HEAVY], member_rate=[2000.0, 1000.0])
+    assert decided == ([(3, 0)], pytest.approx(4096 / 2000 + HEAVY / SLOW))
+    assert STAYING_MEMBERS == 2
+
+
+def test_a_large_stage_of_members_as_fast_as_each_other_sheds_the_least_served() -> None:
+    # churn-100 without deaths, as the simulator showed it: 26 broadband members on the head stage
+    # (for its compute) push for 25 x 14 MB / 12.5 MB/s = 28 s after 2 s of collecting. Upload
+    # outliers there are none; fewer members shorten the round by 1.1 s each.
+    heavy_rates = [100.0 + i for i in range(26)]
+    peers = uplinks([FAST] * 10, [FAST] * 10, [BROADBAND] * 26)
+    by_rate = {u.peer_id: heavy_rates[i] for i, u in enumerate(p for p in peers if p.stage == 2)}
+    peers = [
+        Uplink(peer_id=u.peer_id, stage=u.stage, upload=u.upload, rate=by_rate.get(u.peer_id, 0.0))
+        for u in peers
+    ]
+
+    def pipeline_rate(moved: Mapping[int, int]) -> float:
+        served = [0.0] * 3
+        for u in peers:
+            stage = moved.get(u.peer_id, u.stage)
+            served[stage] += by_rate[u.peer_id] if stage == 2 else 200.0
+        return min(served)
+
+    plan = choose_pace_moves(
+        peers,
+        [LIGHT, LIGHT, HEAVY],
+        batch_size=4096,
+        pipeline_rate=pipeline_rate({}),
+        rate_with_moves=pipeline_rate,
+        copy_s=lambda _peer, _stage: 1.3,
+        movable=lambda _peer: True,
+        horizon_s=30.0,
+    )
+    assert plan is not None
+    movers = [peer for peer, _ in plan.moves]
+    # The least served leave first: the heavy stage's first members by rate.
+    assert movers == sorted(by_rate, key=by_rate.__getitem__)[: len(movers)]
+    assert plan.step_after_s < plan.step_before_s - 5.0
+    # And the rate plan would not bring any of them back: its budget after the moves refuses them.
+    moved = dict(plan.moves)
+    after = [Uplink(peer_id=u.peer_id, stage=moved.get(u.peer_id, u.stage), upload=u.upload) for u in peers]
+    budget = RoundBudget(after, [LIGHT, LIGHT, HEAVY], collect_s=4096 / pipeline_rate(moved))
+    assert not any(budget.admits(2, BROADBAND) for _ in movers)
+
+
+def test_a_move_the_rate_plan_would_undo_is_not_made() -> None:
+    # A 40 Mbit/s member paces the heavy stage's round at 2 x 14 MB / 5 MB/s = 5.6 s after 3.7 s of
+    # collecting. Without it the step would be shorter (5.6 s of collecting at the two left's 730
+    # samples/s, and a 1.1 s round), but at that collecting its 5.6 s round fits in the rate plan's
+    # budget again, and the plan would bring it straight back for the rate it adds.
+    peers = uplinks([FAST] * 2, [BROADBAND, BROADBAND, 5 * MB])
+    assert decide(peers, [LIGHT, HEAVY], member_rate=[2000.0, 365.0], copy_s=0.5) is None
+    # Where the budget after the moves refuses it (collecting shorter than its round), it moves.
+    assert decide(peers, [LIGHT, HEAVY], member_rate=[2000.0, 500.0], copy_s=0.5) is not None
 
 
 def test_at_most_a_bounded_number_of_members_move_at_once() -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from bench.ideal import fixed_pipeline_samples
 from server.policies.silence import suspect_after_s
 from server.swarm.membership import REBALANCE_INTERVAL_S
 from sim.devices import DeviceMix, PeerKind, stage_rate
 from sim.fixed import pipeline_rate, restart_s, simulate_fixed
-from sim.scenario import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, HOMOGENEOUS, Scenario
+from sim.scenario import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, HOMOGENEOUS, SCENARIOS, Scenario
 from sim.stages import StageModel
 from sim.swarm import TICK_S, SwarmSim
 from swarmhub.presets import get_preset
@@ -214,6 +216,23 @@ def test_slow_uplinks_leave_the_heavy_stage_whose_averaging_they_paced() -> None
     assert all(p.stage not in heavy for p in sim.peers if p.kind.link == "slow")
     static = SwarmSim(dataclasses.replace(scenario, mode="static")).run()
     assert report.samples_committed > 2 * static.samples_committed
+
+
+@pytest.mark.slow
+def test_a_head_stage_whose_round_is_long_because_it_is_large_sheds_members() -> None:
+    # churn-100 without deaths: the rate plan fills the head stage (the heaviest compute) with 26
+    # broadband members, none an upload outlier, whose all-to-all round of 14 MB sums takes 28 s
+    # after 2 s of collecting. Moving only outliers kept all 26 there for good, and the first
+    # simulated hour committed 286,720 samples; moving members as fast as the rest while the round
+    # dominates the step, 368,640.
+    scenario = dataclasses.replace(SCENARIOS["churn-100"], mean_lifetime_s=None, duration_s=3600.0)
+    sim = SwarmSim(scenario)
+    report = sim.run()
+    head = scenario.num_stages - 1
+    assert sum(1 for p in sim.peers if p.alive and p.stage == head) < 26
+    assert report.samples_committed > 1.2 * 286_720
+    movers = {m.peer_id for m in report.moves if m.from_stage == head}
+    assert not [m for m in report.moves if m.peer_id in movers and m.to_stage == head], "none comes back"
 
 
 def test_a_first_stage_peer_on_a_slow_link_gets_the_calls_its_link_carries() -> None:
