@@ -11,19 +11,22 @@ against 7-60 s of collecting; on a middle stage (1.3 MB sums) the same peers pus
 Two rules, both pure, which `rebalance.choose_moves` applies when given a `StepAveraging`:
 - `RoundBudget.admits`: a move planned for rates may not make its new stage's round longer than
   both the step's collecting and the longest round now;
-- `choose_pace_moves`: while the longest round outlasts the step's collecting, members leave its
-  stage, slowest upload first (then the least served, then the lowest id; members as fast as the
-  rest only while the round is most of the step), for the stages whose rounds they lengthen least,
-  if the shorter step gains more samples over the decision's horizon than their copies cost, and
-  only as many as the rate plan would not bring back (`RoundBudget` after the moves must refuse
-  each of them its old stage again).
+- `choose_pace_moves`: while the longest round outlasts the step's collecting, members leave the
+  stage whose round is longest (again after each move: stages may share it), slowest upload first
+  (then the least served, then the lowest id; members as fast as the rest only while the round is
+  most of the step), for the stages whose rounds they lengthen least, if the shorter step gains
+  more samples over the decision's horizon than their copies cost, and only as many as the rate
+  plan would not bring back (`RoundBudget` after the moves must refuse each of them its old stage
+  again).
 A large stage's round is long because of K, not only because of a slow member: in the simulator's
 churn-100 swarm without deaths, the rate plan filled the head stage with 26 broadband members (for
 its compute), whose round took 28 s a step against 2 s of collecting. Moving only upload outliers
-(under half the median member's) left that untouched. A first version that moved any slowest
-member ping-ponged a peer in and out of the head stage (its leaving slowed collecting, and the
-longer collecting let the rate plan admit it again): the re-admission check rules that out for the
-rates of the decision, and `DOMINANT_ROUND` keeps moves whose gain the rates' noise could undo off.
+(under half the median member's) left that untouched (112.6 samples/s); moving members off the
+head stage alone stopped when the embeddings' stage's round was as long (147); moving them off
+both, 219. A first version that moved any slowest member ping-ponged a peer in and out of the head
+stage (its leaving slowed collecting, and the longer collecting let the rate plan admit it again):
+the re-admission check rules that out for the rates of the decision, and `DOMINANT_ROUND` keeps
+moves whose gain the rates' noise could undo off.
 """
 
 from __future__ import annotations
@@ -119,18 +122,18 @@ the collecting, rates measured over a few seconds decide it as much as the moves
 test a broadband member was moved off a 2 s round after 0.9 s of collecting for a step ~2.9 s ->
 ~2.6 s, and at twice the collecting one was moved back by the rate plan two decisions later."""
 MOST_PACE_MOVES = 8
-"""Members a decision moves off one stage at most: several may share the slowest upload (the round
-is only as short as its slowest member left), and copies to few sources queue."""
+"""Members a decision moves for averaging at most: several may share the slowest upload (a round is
+only as short as its slowest member left), and copies to few sources queue."""
 STAYING_MEMBERS = 2
-"""Members the paced stage keeps at least: one to serve, and one its calls fail over to (a shorter
-round is not worth a stage that stalls the pipeline when its one member dies)."""
+"""Members a stage keeps at least when members leave it for averaging: one to serve, and one its
+calls fail over to (a shorter round is not worth a stage that stalls the pipeline when its one
+member dies)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class PacePlan:
-    moves: tuple[tuple[int, int], ...]
-    """(Peer id, stage it goes to), slowest upload first; all leave `from_stage`."""
-    from_stage: int
+    moves: tuple[tuple[int, int, int], ...]
+    """(Peer id, stage it leaves, stage it goes to), in the order they were chosen."""
     step_before_s: float
     step_after_s: float
     """Collecting plus the longest round, now and after the moves (rates at their means)."""
@@ -157,74 +160,109 @@ def choose_pace_moves(
     movable: Callable[[int], bool],
     horizon_s: float,
 ) -> PacePlan | None:
-    """Moves of members off the stage whose round is the step's longest, or None.
+    """Moves of members off the stages whose rounds are the step's longest, or None.
 
-    Only while that round outlasts the step's collecting (`batch_size` samples at `pipeline_rate`):
-    below that, averaging is not what the step waits for. Its measured members leave slowest upload
-    first (then the least served, then the lowest id): upload outliers (`OUTLIER_SHARE`) always, the
-    others only while the round dominates the step (`DOMINANT_ROUND`); at most `MOST_PACE_MOVES`,
-    and the stage keeps `STAYING_MEMBERS`. Each goes to the stage whose round it lengthens least,
-    then the lowest index; its rate counts in the step through `rate_with_moves` (the pipeline's
-    rate with peers on the stages given).
+    Only while the longest round outlasts the step's collecting (`batch_size` samples at
+    `pipeline_rate`): below that, averaging is not what the step waits for. Moves are chosen one at a
+    time, each off the stage whose round is longest after the moves before it (then the lowest
+    index): several stages may share the longest round, and shortening one of them alone gains
+    nothing. Off a stage, its measured members leave slowest upload first (then the least served,
+    then the lowest id): upload outliers (`OUTLIER_SHARE`) always, the others only while the
+    longest round dominates the step (`DOMINANT_ROUND`); at most `MOST_PACE_MOVES` in all, and each
+    stage keeps `STAYING_MEMBERS`. Each goes to the stage whose round it lengthens least, then the
+    lowest index; its rate counts in the step through `rate_with_moves` (the pipeline's rate with
+    peers on the stages given). Choosing stops at a stage with no candidate left, or at a member
+    that may not move (`movable`: an unsettled rate).
 
-    Of the first 1, 2, ... of them (stopping at one that may not move: `movable`, an unsettled
-    rate), the number with the most samples over `horizon_s` is made, if any beats making none: the
-    movers serve nothing while they copy (`copy_s`), so a step shortened counts only for the horizon
-    after the longest copy. A number is considered only if the placement it leaves would refuse every
-    mover its old stage again (`RoundBudget.admits` with the collecting of the pipeline after the
-    moves): the rate plan would otherwise bring one back at the next decision."""
+    Of the first 1, 2, ... moves, the number with the most samples over `horizon_s` is made, if any
+    beats making none: the movers serve nothing while they copy (`copy_s`), so a step shortened
+    counts only for the horizon after the longest copy. A number is considered only if the
+    placement it leaves would refuse every mover its old stage again (`RoundBudget.admits` with the
+    collecting of the pipeline after the moves): the rate plan would otherwise bring one back at the
+    next decision."""
     num_stages = len(gradient_bytes)
-    budget = RoundBudget(uplinks, gradient_bytes, 0.0)
-    rounds = budget.rounds
-    paced = max(range(num_stages), key=lambda s: (rounds[s], -s))
-    longest = rounds[paced]
-    if longest <= 0 or longest <= step_s(batch_size, pipeline_rate, 0.0):
+    counts = [0] * num_stages
+    measured: list[list[tuple[float, float, int]]] = [[] for _ in range(num_stages)]
+    """Per stage, its measured members in the order they would leave: uploads ascending, so the
+    slowest left after k of them have gone is the (k+1)-th."""
+    for u in uplinks:
+        counts[u.stage] += 1
+        if u.upload is not None:
+            measured[u.stage].append((u.upload, u.rate, u.peer_id))
+    for members in measured:
+        members.sort()
+    gone = [0] * num_stages
+    joined: list[float | None] = [None] * num_stages
+    """The slowest upload among the members the moves bring to each stage."""
+
+    def slowest(t: int) -> float | None:
+        left = measured[t][gone[t]][0] if gone[t] < len(measured[t]) else None
+        return _least(left, joined[t])
+
+    def rounds() -> list[float]:
+        return [round_s(counts[t], gradient_bytes[t], slowest(t)) for t in range(num_stages)]
+
+    now = rounds()
+    longest = max(now, default=0.0)
+    collect = step_s(batch_size, pipeline_rate, 0.0)
+    if longest <= 0 or longest <= collect:
         return None
-    before = step_s(batch_size, pipeline_rate, longest)
-    measured = sorted(
-        (u.upload, u.rate, u.peer_id) for u in uplinks if u.stage == paced and u.upload is not None
-    )
-    candidates = measured
-    if longest <= DOMINANT_ROUND * step_s(batch_size, pipeline_rate, 0.0):
-        median = statistics.median(upload for upload, _, _ in measured) if measured else 0.0
-        candidates = [m for m in measured if m[0] < OUTLIER_SHARE * median]
-    staying = budget.counts[paced]
+    before = collect + longest
+    dominant = longest > DOMINANT_ROUND * collect
+    leaving = []
+    for t, members in enumerate(measured):
+        median = statistics.median(upload for upload, _, _ in members) if members else 0.0
+        may = len(members) if dominant else sum(1 for m in members if m[0] < OUTLIER_SHARE * median)
+        leaving.append(min(may, counts[t] - STAYING_MEMBERS))
     baseline = horizon_s / before
     best: PacePlan | None = None
-    moves: dict[int, int] = {}
+    moves: list[tuple[int, int, int]] = []
+    uploads: dict[int, float] = {}
     longest_copy = 0.0
-    for k, (upload, _, peer_id) in enumerate(
-        candidates[: min(MOST_PACE_MOVES, staying - STAYING_MEMBERS)], start=1
-    ):
+    while len(moves) < MOST_PACE_MOVES:
+        paced = max(range(num_stages), key=lambda t: (now[t], -t))
+        if gone[paced] >= leaving[paced]:
+            break
+        upload, _, peer_id = measured[paced][gone[paced]]
         if not movable(peer_id):
             break
-        staying -= 1
+        gone[paced] += 1
+        counts[paced] -= 1
         target = min(
             (t for t in range(num_stages) if t != paced),
-            key=lambda t: (budget.round_joined(t, upload), t),
+            key=lambda t: (round_s(counts[t] + 1, gradient_bytes[t], _least(slowest(t), upload)), t),
         )
-        budget.join(target, upload)
-        moves[peer_id] = target
+        counts[target] += 1
+        joined[target] = _least(joined[target], upload)
+        moves.append((peer_id, paced, target))
+        uploads[peer_id] = upload
         longest_copy = max(longest_copy, copy_s(peer_id, target))
         if longest_copy >= horizon_s:
             break
-        left = measured[k][0] if k < len(measured) else None
-        after_rounds = [budget.round_of(t) for t in range(num_stages)]
-        after_rounds[paced] = round_s(staying, gradient_bytes[paced], left)
-        rate_after = rate_with_moves(dict(moves))
-        after = step_s(batch_size, rate_after, max(after_rounds))
-        allowed = averaging_budget_s(after_rounds, step_s(batch_size, rate_after, 0.0))
-        # Of the movers, this one pushes fastest: the one the budget would refuse last.
-        comes_back = round_s(staying + 1, gradient_bytes[paced], upload) <= allowed
+        now = rounds()
+        rate_after = rate_with_moves({p: to for p, _, to in moves})
+        after = step_s(batch_size, rate_after, max(now))
+        allowed = averaging_budget_s(now, step_s(batch_size, rate_after, 0.0))
+        comes_back = any(
+            round_s(counts[source] + 1, gradient_bytes[source], _least(slowest(source), uploads[p]))
+            <= allowed
+            for p, source, _ in moves
+        )
         gain = batch_size * ((horizon_s - longest_copy) / after - baseline)
         if comes_back or gain <= 0 or (best is not None and gain <= best.gain):
             continue
         best = PacePlan(
-            moves=tuple(moves.items()),
-            from_stage=paced,
+            moves=tuple(moves),
             step_before_s=before,
             step_after_s=after,
             copy_s=longest_copy,
             gain=gain,
         )
     return best
+
+
+def _least(a: float | None, b: float | None) -> float | None:
+    """The lower of two uploads, either of which may be unmeasured."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)

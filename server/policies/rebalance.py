@@ -410,19 +410,19 @@ def _ease_averaging(
     )
     if plan is None:
         return None
-    moved = dict(plan.moves)
+    moved = {peer_id: stage for peer_id, _, stage in plan.moves}
     after = min(swarm.means(moved))
     return Rebalance(
         moves=tuple(
             Move(
                 peer_id=peer_id,
-                from_stage=plan.from_stage,
+                from_stage=source,
                 to_stage=stage,
                 peer_rate=swarm.rate(peer_id, stage),
                 copy_s=copy_s(peer_id, stage),
                 eases_averaging=True,
             )
-            for peer_id, stage in plan.moves
+            for peer_id, source, stage in plan.moves
         ),
         rate_before=rate,
         rate_after=after,

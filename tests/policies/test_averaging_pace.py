@@ -127,7 +127,7 @@ def decide(
         movable=lambda peer_id: peer_id not in unsettled,
         horizon_s=horizon_s,
     )
-    return None if plan is None else (list(plan.moves), plan.step_after_s)
+    return None if plan is None else ([(peer, to) for peer, _, to in plan.moves], plan.step_after_s)
 
 
 def test_no_move_while_averaging_hides_under_collecting() -> None:
@@ -233,15 +233,29 @@ def test_a_large_stage_of_members_as_fast_as_each_other_sheds_the_least_served()
         horizon_s=30.0,
     )
     assert plan is not None
-    movers = [peer for peer, _ in plan.moves]
+    movers = [peer for peer, _, _ in plan.moves]
     # The least served leave first: the heavy stage's first members by rate.
     assert movers == sorted(by_rate, key=by_rate.__getitem__)[: len(movers)]
     assert plan.step_after_s < plan.step_before_s - 5.0
     # And the rate plan would not bring any of them back: its budget after the moves refuses them.
-    moved = dict(plan.moves)
+    moved = {peer: to for peer, _, to in plan.moves}
     after = [Uplink(peer_id=u.peer_id, stage=moved.get(u.peer_id, u.stage), upload=u.upload) for u in peers]
     budget = RoundBudget(after, [LIGHT, LIGHT, HEAVY], collect_s=4096 / pipeline_rate(moved))
     assert not any(budget.admits(2, BROADBAND) for _ in movers)
+
+
+def test_two_stages_sharing_the_longest_round_both_shed_members() -> None:
+    # The embeddings' and the head's rounds are both 9 x 14 MB / 12.5 MB/s = 10.1 s after 1 s of
+    # collecting: a member off one of them alone shortens nothing (the other's round stays), so the
+    # moves alternate between them, 4 each (6 members left: 5.6 s rounds after 1.7 s of collecting).
+    peers = uplinks([BROADBAND] * 10, [FAST] * 10, [BROADBAND] * 10)
+    decided = decide(peers, [HEAVY, LIGHT, HEAVY], member_rate=[400.0] * 3, copy_s=1.0)
+    assert decided is not None
+    moves, after = decided
+    sources = [(peer - 1) // 10 for peer, _ in moves]
+    assert sorted(sources) == [0] * 4 + [2] * 4
+    assert {to for _, to in moves} == {1}
+    assert after == pytest.approx(4096 / 2400 + 5 * HEAVY / BROADBAND)
 
 
 def test_a_move_the_rate_plan_would_undo_is_not_made() -> None:

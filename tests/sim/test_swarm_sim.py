@@ -223,14 +223,15 @@ def test_a_head_stage_whose_round_is_long_because_it_is_large_sheds_members() ->
     # churn-100 without deaths: the rate plan fills the head stage (the heaviest compute) with 26
     # broadband members, none an upload outlier, whose all-to-all round of 14 MB sums takes 28 s
     # after 2 s of collecting. Moving only outliers kept all 26 there for good, and the first
-    # simulated hour committed 286,720 samples; moving members as fast as the rest while the round
-    # dominates the step, 368,640.
+    # simulated hour committed 286,720 samples. Moving members as fast as the rest off the one
+    # stage with the longest round, 368,640: the embeddings' stage's round was then as long, and
+    # neither shrank alone. Off whichever is longest as the moves go, 532,480.
     scenario = dataclasses.replace(SCENARIOS["churn-100"], mean_lifetime_s=None, duration_s=3600.0)
     sim = SwarmSim(scenario)
     report = sim.run()
     head = scenario.num_stages - 1
     assert sum(1 for p in sim.peers if p.alive and p.stage == head) < 26
-    assert report.samples_committed > 1.2 * 286_720
+    assert report.samples_committed > 1.5 * 286_720
     movers = {m.peer_id for m in report.moves if m.from_stage == head}
     assert not [m for m in report.moves if m.peer_id in movers and m.to_stage == head], "none comes back"
 
