@@ -741,6 +741,50 @@ def test_slow_uplinks_pacing_a_heavy_stage_move_to_light_ones() -> None:
     assert again is None or all(m.to_stage != 2 or m.peer_id not in moved for m in again.moves)
 
 
+def test_a_large_head_stage_sheds_members_over_a_few_decisions_and_none_comes_back() -> None:
+    # churn-100's head stage as the rate plan filled it: 26 broadband members (a peer serves half as
+    # many samples there as on a middle stage) push 14 MB sums for 25 x 1.1 s = 28 s after 2 s of
+    # collecting. Each decision reads every rate with 10% noise inside its bounds, and a peer that
+    # just moved is unsettled for one decision. The head sheds members while that shortens the step,
+    # the swarm settles, and no peer goes back to a stage it left.
+    rng = random.Random(7)
+    costs = [1.0, 1.0, 2.0]
+    placement = {p: 0 if p <= 10 else 1 if p <= 20 else 2 for p in range(1, 47)}
+    averaging = StepAveraging(gradient_bytes=[LIGHT_SUM, LIGHT_SUM, HEAVY_SUM], batch_size=4096)
+    unsettled: set[int] = set()
+    history: list[tuple[int, int, int]] = []
+    made = []
+    for _ in range(12):
+        peers = []
+        for peer_id, stage in placement.items():
+            mean = 200.0 / costs[stage] * rng.uniform(0.9, 1.1)
+            peers.append(
+                PeerLoad(
+                    peer_id=peer_id,
+                    stage=stage,
+                    throughput=mean,
+                    lower=mean * 0.85,
+                    upper=mean * 1.15,
+                    settled=peer_id not in unsettled,
+                    upload=12.5 * MB,
+                )
+            )
+        plan = decide(
+            peers, 3, averaging=averaging, stage_costs=costs, state_bytes=[20 * MB, 20 * MB, 180 * MB]
+        )
+        moves = [] if plan is None else [(m.peer_id, m.from_stage, m.to_stage) for m in plan.moves]
+        made.append(len(moves))
+        unsettled = {peer_id for peer_id, _, _ in moves}
+        for peer_id, _, to_stage in moves:
+            placement[peer_id] = to_stage
+        history.extend(moves)
+    assert any(source == 2 for _, source, _ in history)
+    assert sum(1 for stage in placement.values() if stage == 2) < 26
+    assert made[-4:] == [0] * 4, made
+    left = {(peer_id, source) for peer_id, source, _ in history}
+    assert not [(p, to) for p, _, to in history if (p, to) in left], history
+
+
 def test_averaging_must_name_every_stage() -> None:
     with pytest.raises(ValueError, match="averaging has 1 stages"):
         decide(loads([1.0], [1.0]), 2, averaging=StepAveraging(gradient_bytes=[1.0], batch_size=8))
