@@ -163,8 +163,9 @@ class Rebalance:
     def reason(self, move: Move) -> str:
         if move.eases_averaging:
             return (
-                f"its upload paced stage {move.from_stage}'s averaging: a step ~{self.step_before_s:.0f}s "
-                f"-> ~{self.step_after_s:.0f}s (estimated) by moving it to stage {move.to_stage}; "
+                f"stage {move.from_stage}'s averaging round paced the step: a step "
+                f"~{self.step_before_s:.0f}s -> ~{self.step_after_s:.0f}s (estimated) by moving it to "
+                f"stage {move.to_stage}; "
                 f"copying its state takes ~{move.copy_s:.1f}s, {self.gain:.0f} samples gained over "
                 f"{self.horizon_s:.0f}s"
             )

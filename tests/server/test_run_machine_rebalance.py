@@ -360,7 +360,7 @@ def test_a_slow_uplink_that_paces_the_heavy_stage_averaging_moves_off_it(seed: i
     h.links = dict.fromkeys(range(1, 9), 125e6) | {8: 2.5e6}
     h.steps(60)
     moves = h.moves()
-    paced = [m for m in moves if "paced stage 3's averaging" in m.message]
+    paced = [m for m in moves if "stage 3's averaging round paced the step" in m.message]
     assert [(m.peer_id, m.data["from_stage"]) for m in paced] == [(8, 3)], moves
     assert h.machine.members[8].stage in (1, 2)
     assert not [m for m in moves if m.peer_id == 8 and m.data["to_stage"] in (0, 3)], "and it never goes back"
