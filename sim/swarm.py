@@ -39,7 +39,7 @@ from peer.routing import StageRouter
 from peer.trainer import MAX_ATTEMPTS_PER_CALL, NO_PEER_PATIENCE_S, NO_PEER_WAIT_S
 from peer.transport import transfer_timeout_s
 from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
-from server.policies.averaging_pace import StepAveraging
+from server.policies.averaging_pace import RoundBudget, StepAveraging, Uplink, step_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.join_hold import barrier_waits, holds_the_step
 from server.policies.rate_estimate import RateEstimate
@@ -49,7 +49,7 @@ from server.policies.stage_choice import choose_stage
 from server.policies.step_book import Grant, StepBook
 from server.policies.view_sample import PEERS_PER_STAGE
 from server.swarm.machine import SWARM_VIEW_REFRESH_S
-from server.swarm.membership import REBALANCE_INTERVAL_S, STATE_SOURCES
+from server.swarm.membership import REBALANCE_INTERVAL_S, STAGE_LOAD_REFRESH_S, STATE_SOURCES
 from sim.averaging import Pusher, RoundOutcome, all_to_all_round, butterfly_round
 from sim.devices import PeerKind, stage_rate
 from sim.events import EventQueue
@@ -178,6 +178,9 @@ class SwarmSim:
         """Sum of the ready peers' rates per stage, claims capped by their links (`_serves`), what
         `choose_stage` weighs."""
         self.loading: set[int] = set()
+        self.join_rounds: tuple[float, RoundBudget] | None = None
+        """`StageLoad.rounds` as `Membership` keeps it: built again after `STAGE_LOAD_REFRESH_S`,
+        each joiner added meanwhile."""
         self.waiting: set[int] = set()
         self.members = 0
         self.book = StepBook(
@@ -286,12 +289,34 @@ class SwarmSim:
         if 0 <= initial_index < len(sc.stages):
             stage = sc.stages[initial_index]
         else:
-            stage = self.tally.timed("choose_stage", choose_stage, self.stage_claims, self.placed_count, None)
+            stage = self.tally.timed("choose_stage", self._join_stage)
         peer.claim = self._benchmark_claim(peer)
         self._assign(p, stage)
         peer.slots = self._slots_wanted(self.concurrency) if peer.trainer else 0
         for _ in range(peer.slots):
             self._request_work(p)
+
+    def _join_stage(self) -> int:
+        """`Membership._joined`'s choice: the weakest stage whose averaging round admits one member
+        more at its stage's pace (a joiner's upload is not measured yet)."""
+        if self.join_rounds is None or self.now - self.join_rounds[0] >= STAGE_LOAD_REFRESH_S:
+            placed = [p for s in range(self.S) for p in sorted(self.view[s])] + sorted(self.loading)
+            uplinks = [
+                Uplink(
+                    peer_id=p,
+                    stage=self.peers[p].stage,
+                    upload=pushing_rate(self._link_reading(p), self.peers[p].rounds_held_up),
+                )
+                for p in placed
+            ]
+            collect_s = step_s(self.sc.target_batch_size, min(self.stage_claims), 0.0)
+            self.join_rounds = (self.now, RoundBudget(uplinks, self._wire_gradient_bytes, collect_s))
+        rounds = self.join_rounds[1]
+        stage = choose_stage(
+            self.stage_claims, self.placed_count, None, admits=lambda s: rounds.admits(s, None)
+        )
+        rounds.join(stage, None)
+        return stage
 
     def _die(self, p: int, _b: object) -> None:
         peer = self.peers[p]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.policies.averaging import pushing_rate
-from server.policies.averaging_pace import StepAveraging
+from server.policies.averaging_pace import RoundBudget, StepAveraging, Uplink, step_s
 from server.policies.grant_pacing import served_rate
 from server.policies.rate_estimate import RateEstimate
 from server.policies.rebalance import (
@@ -66,11 +66,13 @@ STATE_SOURCES = COPY_SOURCES
 
 @dataclass(kw_only=True)
 class StageLoad:
-    """Per stage, the rate its members serve at and how many there are, as of `at`."""
+    """Per stage, the rate its members serve at and how many there are, as of `at`, and how long
+    its averaging round may grow (`RoundBudget`)."""
 
     at: float
     rates: list[float]
     counts: list[int]
+    rounds: RoundBudget
 
 
 class Membership(StepCycle):
@@ -131,13 +133,17 @@ class Membership(StepCycle):
             self._assign(member, event.stage, "rejoined its stage", event.now)
             return
         load = self._current_stage_load(event.now)
-        stage = choose_stage(load.rates, load.counts, event.requested_stage)
+        # A joiner's upload is not measured yet: it adds a push at its stage's pace.
+        stage = choose_stage(
+            load.rates, load.counts, event.requested_stage, admits=lambda s: load.rounds.admits(s, None)
+        )
         self._assign(member, stage, "joined", event.now)
         # `_assign` drops the stage load (a move or a rejoin changes it unseen); this joiner is added.
         load.rates[stage] += served_rate(
             member.effective_throughput, member.inbound_link, self._bytes_per_sample()[stage]
         )
         load.counts[stage] += 1
+        load.rounds.join(stage, None)
         self.stage_load = load
 
     def _current_stage_load(self, now: float) -> StageLoad:
@@ -148,14 +154,23 @@ class Membership(StepCycle):
         if self.stage_load is not None and now - self.stage_load.at < STAGE_LOAD_REFRESH_S:
             return self.stage_load
         per_sample = self._bytes_per_sample()
-        load = StageLoad(at=now, rates=[0.0] * self.spec.num_stages, counts=[0] * self.spec.num_stages)
+        rates, counts = [0.0] * self.spec.num_stages, [0] * self.spec.num_stages
+        uplinks = []
         for m in self.members.values():
             if m.stage is not None:
-                load.rates[m.stage] += served_rate(
-                    m.effective_throughput, m.inbound_link, per_sample[m.stage]
+                rates[m.stage] += served_rate(m.effective_throughput, m.inbound_link, per_sample[m.stage])
+                counts[m.stage] += 1
+                uplinks.append(
+                    Uplink(
+                        peer_id=m.peer_id,
+                        stage=m.stage,
+                        upload=pushing_rate(m.inbound_link, m.rounds_held_up),
+                    )
                 )
-                load.counts[m.stage] += 1
-        return load
+        collect_s = step_s(self.spec.target_batch_size, min(rates, default=0.0), 0.0)
+        return StageLoad(
+            at=now, rates=rates, counts=counts, rounds=RoundBudget(uplinks, self._push_bytes(), collect_s)
+        )
 
     def _reachability(self, member: Member, problem: str | None) -> bool:
         """Tell the peer what the probe of its data plane found; True if it may serve a stage."""
@@ -392,6 +407,12 @@ class Membership(StepCycle):
                     now,
                 )
 
+    def _push_bytes(self) -> list[float]:
+        """Each stage's gradient sum as members push it (the run's codec)."""
+        spec = self.spec
+        preset = get_preset(spec.model_preset)
+        return stage_push_bytes(stage_parameters(preset, spec.num_stages), spec.compression)
+
     def _maybe_rebalance(self, now: float) -> None:
         """Make the moves the policy finds worth their cost, at a moment they lose nothing.
 
@@ -435,10 +456,7 @@ class Membership(StepCycle):
             bytes_per_sample=stage_bytes_per_sample(
                 spec.num_stages, spec.seq_len, preset.d_model, spec.compression
             ),
-            averaging=StepAveraging(
-                gradient_bytes=stage_push_bytes(stage_parameters(preset, spec.num_stages), spec.compression),
-                batch_size=spec.target_batch_size,
-            ),
+            averaging=StepAveraging(gradient_bytes=self._push_bytes(), batch_size=spec.target_batch_size),
         )
         if plan is None:
             return

@@ -94,3 +94,25 @@ def test_choice_is_the_minimum_of_the_documented_order(stages: list[tuple[float,
     for s in range(len(stages)):
         if (counts[s] == 0) == (counts[chosen] == 0):
             assert (throughputs[chosen], counts[chosen], chosen) <= (throughputs[s], counts[s], s)
+
+
+@pytest.mark.parametrize(
+    ("throughputs", "peer_counts", "refused", "expected"),
+    [
+        # The head stage serves least, but one member more would lengthen its round past the step's
+        # budget: the joiner strengthens the weakest stage that takes it.
+        pytest.param([30.0, 20.0, 10.0], [5, 5, 5], {2}, 1, id="the weakest refuses"),
+        pytest.param([30.0, 20.0, 10.0], [5, 5, 5], {1, 2}, 0, id="only the strongest admits"),
+        pytest.param([30.0, 20.0, 10.0], [5, 5, 5], {0, 1, 2}, 2, id="none admits: by rate alone"),
+        pytest.param([30.0, 0.0, 10.0], [5, 0, 5], {1}, 1, id="an empty stage comes first all the same"),
+        pytest.param([30.0, 20.0, 10.0], [5, 5, 5], set(), 2, id="all admit"),
+    ],
+)
+def test_stages_whose_round_would_not_admit_a_joiner_are_passed_over(
+    throughputs: list[float], peer_counts: list[int], refused: set[int], expected: int
+) -> None:
+    assert choose_stage(throughputs, peer_counts, None, admits=lambda s: s not in refused) == expected
+
+
+def test_a_requested_stage_is_served_whatever_its_round() -> None:
+    assert choose_stage([30.0, 20.0, 10.0], [5, 5, 5], 2, admits=lambda _s: False) == 2

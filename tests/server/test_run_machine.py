@@ -234,7 +234,10 @@ def test_a_joiner_is_welcomed_and_assigned_the_emptiest_stage():
     [
         (None, 1),  # nobody measured peer 1's link: compute decides, stage 1 (20/s) is the weaker
         (1e9, 1),  # a link that carries far more than it computes changes nothing
-        (2000.0, 0),  # peer 1 computes 50/s but its link carries a fraction of a sample a second
+        # Peer 1 computes 50/s but its link carries a fraction of a sample a second, so stage 0
+        # serves least; a joiner there, though, would take peer 1's gradient sum at that rate, for
+        # far longer than the stage collects: the averaging budget passes over stage 0.
+        (2000.0, 1),
     ],
 )
 def test_a_joiner_strengthens_the_stage_that_serves_least_links_included(link_to_first, expected_stage):
