@@ -21,6 +21,7 @@ from server.policies.rebalance import (
     choose_moves,
     inbound_link_rates,
 )
+from server.policies.rejoin_backoff import Evictions, record_eviction, serves_again_at
 from server.policies.stage_choice import choose_stage
 from server.policies.step_book import StepBook
 from server.swarm import decisions as do
@@ -97,6 +98,8 @@ class Membership(StepCycle):
         """When rebalancing was last decided (whether or not it moved a peer)."""
         self.blame = Blame()
         self.stage_load: StageLoad | None = None
+        self.evictions: dict[int, Evictions] = {}
+        """Peer id -> its evictions as unreachable, which delay its next stage (`rejoin_backoff`)."""
         """What joiners' stages were last chosen by; None once a departure or a move changed it."""
 
     def _join(self, event: on.PeerJoined) -> None:
@@ -127,17 +130,30 @@ class Membership(StepCycle):
             ),
         )
         self._send(member, RunStatusChanged(status=self.status))
-        if not self._reachability(member, event.probe_problem):
+        back_at = serves_again_at(self.evictions.get(member.peer_id))
+        if back_at > event.now:
+            member.benched_until = back_at
+            member.benched_stage, member.benched_request = event.stage, event.requested_stage
+        if not self._reachability(member, event.probe_problem, benched_s=back_at - event.now):
             return
-        if event.stage is not None:
-            self._assign(member, event.stage, "rejoined its stage", event.now)
+        self._seat(member, event.stage, event.requested_stage, event.now)
+
+    def _seat_benched(self, now: float) -> None:
+        """Seat the members whose wait after an eviction (`policies.rejoin_backoff`) is over."""
+        for member in list(self.members.values()):
+            if member.benched_until is not None and now >= member.benched_until:
+                member.benched_until = None
+                self._seat(member, member.benched_stage, member.benched_request, now)
+
+    def _seat(self, member: Member, stage: int | None, requested: int | None, now: float) -> None:
+        """Give a (re)joined member the stage it served before, else the weakest one."""
+        if stage is not None:
+            self._assign(member, stage, "rejoined its stage", now)
             return
-        load = self._current_stage_load(event.now)
+        load = self._current_stage_load(now)
         # A joiner's upload is not measured yet: it adds a push at its stage's pace.
-        stage = choose_stage(
-            load.rates, load.counts, event.requested_stage, admits=lambda s: load.rounds.admits(s, None)
-        )
-        self._assign(member, stage, "joined", event.now)
+        stage = choose_stage(load.rates, load.counts, requested, admits=lambda s: load.rounds.admits(s, None))
+        self._assign(member, stage, "joined", now)
         # `_assign` drops the stage load (a move or a rejoin changes it unseen); this joiner is added.
         load.rates[stage] += served_rate(
             member.effective_throughput, member.inbound_link, self._bytes_per_sample()[stage]
@@ -172,10 +188,16 @@ class Membership(StepCycle):
             at=now, rates=rates, counts=counts, rounds=RoundBudget(uplinks, self._push_bytes(), collect_s)
         )
 
-    def _reachability(self, member: Member, problem: str | None) -> bool:
-        """Tell the peer what the probe of its data plane found; True if it may serve a stage."""
+    def _reachability(self, member: Member, problem: str | None, *, benched_s: float) -> bool:
+        """Tell the peer what the probe of its data plane found; True if it may serve a stage now."""
         port = member.address.rsplit(":", 1)[-1]
-        if problem is None:
+        if problem is None and benched_s > 0:
+            detail = (
+                f"your data plane at {member.address} is reachable from the coordinator, but other peers"
+                f" could not reach it lately: this peer serves a stage again in {benched_s:.0f}s"
+                " (it trains meanwhile, if it has a trainer)"
+            )
+        elif problem is None:
             detail = f"your data plane at {member.address} is reachable from the coordinator"
         else:
             detail = (
@@ -188,7 +210,7 @@ class Membership(StepCycle):
         self._out.append(
             do.RecordReachability(peer_id=member.peer_id, reachable=member.reachable, detail=detail)
         )
-        return member.reachable
+        return member.reachable and benched_s <= 0
 
     def _assign(self, member: Member, stage: int, reason: str, now: float) -> None:
         """Give `member` a stage; it becomes routable once it reports StageReady for the current step."""
@@ -379,6 +401,7 @@ class Membership(StepCycle):
                 reason="other peers cannot reach your data plane",
             )
         )
+        self.evictions[target.peer_id] = record_eviction(self.evictions.get(target.peer_id), now)
         self._forget(target, now)
         self._depart(target, PeerState.LOST, reason)
 

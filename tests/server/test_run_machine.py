@@ -9,6 +9,7 @@ import pytest
 from server.policies.averaging import push_allowance_s
 from server.policies.grant_pacing import outstanding_cap
 from server.policies.join_hold import JOIN_HOLD_S
+from server.policies.rejoin_backoff import FIRST_WAIT_S
 from server.policies.step_book import StepBook
 from server.swarm import decisions as do
 from server.swarm import inputs as on
@@ -558,6 +559,42 @@ def test_the_coordinators_probe_decides_a_single_report():
     out = swarm.feed(on.ProbeResult(now=swarm.now, peer_id=1, problem="ConnectionRefusedError"))
     assert [d.peer_id for d in of(out, do.Close)] == [1] and 1 not in swarm.machine.members
     assert "could not reach it" in of(out, do.RecordDeparture)[0].reason
+
+
+def evict_as_unreachable(swarm: Swarm, target: int, reporters: tuple[int, int]) -> None:
+    for reporter in reporters:
+        out = swarm.say(reporter, PeerUnreachable(peer_id=target, reason="no answer"))
+    assert [d.peer_id for d in of(out, do.Close)] == [target]
+
+
+def seated_after(swarm: Swarm, seconds: float) -> list[do.AssignStage]:
+    """Ticks `seconds` on, every peer heartbeating; the stages assigned at that tick."""
+    swarm.now += seconds
+    keep_alive(swarm)
+    return of(swarm.feed(on.Tick(now=swarm.now)), do.AssignStage)
+
+
+def test_a_peer_evicted_as_unreachable_waits_longer_each_time_before_it_serves_again():
+    """It still heartbeats, so it reconnects at once, and the probe at its rejoin reaches it (a choked
+    upload answers one small call): seated at once it was routed to and held its stage's round again."""
+    swarm = working_swarm(3)  # peers 1 and 3 on stage 0
+    evict_as_unreachable(swarm, 1, (2, 3))
+    out = swarm.join(1, stage=0)
+    assert of(out, do.AssignStage) == []
+    (notice,) = sent(out, 1, Reachability)
+    assert notice.reachable and f"serves a stage again in {FIRST_WAIT_S:.0f}s" in notice.detail
+    assert seated_after(swarm, FIRST_WAIT_S - 1) == []
+    (assign,) = seated_after(swarm, 1)
+    assert (assign.peer_id, assign.stage, assign.reason) == (1, 0, "rejoined its stage")
+    swarm.ready(1)
+
+    evict_as_unreachable(swarm, 1, (2, 3))
+    assert of(swarm.join(1, stage=0), do.AssignStage) == []
+    assert seated_after(swarm, 2 * FIRST_WAIT_S - 1) == []
+    assert [a.peer_id for a in seated_after(swarm, 1)] == [1]
+    # Another peer that rejoins (it was never evicted) is seated at once.
+    swarm.feed(on.PeerLeft(now=swarm.now, peer_id=3, state=PeerState.LOST, reason="heartbeat"))
+    assert [a.peer_id for a in of(swarm.join(3, stage=0), do.AssignStage)] == [3]
 
 
 def test_an_unreachable_or_blamed_reporter_is_not_believed():
