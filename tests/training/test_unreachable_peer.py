@@ -16,10 +16,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 def test_peer_failing_calls_is_marked_lost_and_routed_around(monkeypatch: pytest.MonkeyPatch) -> None:
     # Calls give up after 3 s; the choked peer needs minutes to upload one activation.
     monkeypatch.setenv("SWARMHUB_PEER_CALL_TIMEOUT_S", "3")
-    # Once lost it rejoins its stage (it still heartbeats), and a round it joins waits for its pushes
-    # until the averaging deadline: 20 s here instead of 60, so that the steps after its loss fit
-    # the wait below on a slow machine (CI once saw one held round take 61 of its 90 s). The honest
-    # members' rounds get twice their push allowance, more than 20 s, either way.
+    # Once lost it reconnects (it still heartbeats) and, after its wait (`rejoin_backoff`), serves its
+    # stage again; a round it joins waits for its pushes until the averaging deadline: 20 s here
+    # instead of 60, so that the steps after its loss fit the wait below on a slow machine (CI once
+    # saw one held round take 61 of its 90 s). Honest rounds get twice their push allowance, more
+    # than 20 s, either way.
     monkeypatch.setenv("SWARMHUB_AVERAGING_DEADLINE_S", "20")
     with LocalSwarm(heartbeat_timeout_s=10) as swarm:
         run = swarm.create_run(name="unreachable", num_stages=2, max_steps=None, rebalance=False)
