@@ -59,12 +59,6 @@ class Member:
     reachable: bool = True
     """The coordinator reached its data plane when it joined. A peer that cannot be reached is a
     trainer only: it never serves a stage."""
-    benched_until: float | None = None
-    """Evicted lately because others could not reach it: it serves no stage before this
-    (`policies.rejoin_backoff`), and is seated at the first tick after."""
-    benched_stage: int | None = None
-    benched_request: int | None = None
-    """The stage it rejoined with, and the one it asked for: what it is seated by when its wait ends."""
     last_granted: float = -1e9
     """When it was last granted a microbatch: only an active trainer has reason to call stage peers."""
     offered_sources: frozenset[int] = frozenset()

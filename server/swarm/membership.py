@@ -76,6 +76,16 @@ class StageLoad:
     rounds: RoundBudget
 
 
+@dataclass(frozen=True, kw_only=True)
+class Benched:
+    """A member whose wait after an eviction (`policies.rejoin_backoff`) is not over: seated at the
+    first tick from `until` by the stage it rejoined with, or the one it asked for."""
+
+    until: float
+    stage: int | None
+    requested: int | None
+
+
 class Membership(StepCycle):
     def __init__(
         self,
@@ -98,9 +108,12 @@ class Membership(StepCycle):
         """When rebalancing was last decided (whether or not it moved a peer)."""
         self.blame = Blame()
         self.stage_load: StageLoad | None = None
+        """What joiners' stages were last chosen by; None once a departure or a move changed it."""
         self.evictions: dict[int, Evictions] = {}
         """Peer id -> its evictions as unreachable, which delay its next stage (`rejoin_backoff`)."""
-        """What joiners' stages were last chosen by; None once a departure or a move changed it."""
+        self.benched: dict[int, Benched] = {}
+        """Peer id -> the member waiting out its `evictions` before it is seated: only these are
+        looked at each tick, not every member."""
 
     def _join(self, event: on.PeerJoined) -> None:
         old = self.members.get(event.peer_id)
@@ -130,20 +143,26 @@ class Membership(StepCycle):
             ),
         )
         self._send(member, RunStatusChanged(status=self.status))
+        # A wait left by an earlier channel ends with it: this join decides afresh.
+        self.benched.pop(member.peer_id, None)
         back_at = serves_again_at(self.evictions.get(member.peer_id))
         if back_at > event.now:
-            member.benched_until = back_at
-            member.benched_stage, member.benched_request = event.stage, event.requested_stage
+            self.benched[member.peer_id] = Benched(
+                until=back_at, stage=event.stage, requested=event.requested_stage
+            )
         if not self._reachability(member, event.probe_problem, benched_s=back_at - event.now):
             return
         self._seat(member, event.stage, event.requested_stage, event.now)
 
     def _seat_benched(self, now: float) -> None:
         """Seat the members whose wait after an eviction (`policies.rejoin_backoff`) is over."""
-        for member in list(self.members.values()):
-            if member.benched_until is not None and now >= member.benched_until:
-                member.benched_until = None
-                self._seat(member, member.benched_stage, member.benched_request, now)
+        for peer_id, bench in list(self.benched.items()):
+            member = self.members.get(peer_id)
+            if member is None:
+                del self.benched[peer_id]
+            elif now >= bench.until:
+                del self.benched[peer_id]
+                self._seat(member, bench.stage, bench.requested, now)
 
     def _seat(self, member: Member, stage: int | None, requested: int | None, now: float) -> None:
         """Give a (re)joined member the stage it served before, else the weakest one."""

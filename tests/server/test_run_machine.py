@@ -597,6 +597,18 @@ def test_a_peer_evicted_as_unreachable_waits_longer_each_time_before_it_serves_a
     assert [a.peer_id for a in of(swarm.join(3, stage=0), do.AssignStage)] == [3]
 
 
+def test_a_benched_peer_that_reconnects_after_its_wait_is_seated_once():
+    swarm = working_swarm(3)
+    evict_as_unreachable(swarm, 1, (2, 3))
+    assert of(swarm.join(1, stage=0), do.AssignStage) == []
+    swarm.now += FIRST_WAIT_S
+    # Its channel closes and it reconnects before a tick seated it: the new channel is seated, and
+    # the wait the old one left does not seat it a second time at the next tick.
+    swarm.feed(on.PeerLeft(now=swarm.now, peer_id=1, state=PeerState.LOST, reason="channel closed"))
+    assert [a.peer_id for a in of(swarm.join(1, stage=0), do.AssignStage)] == [1]
+    assert seated_after(swarm, 1) == []
+
+
 def test_an_unreachable_or_blamed_reporter_is_not_believed():
     swarm = new_swarm(target=12)
     swarm.join(1)
