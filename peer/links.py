@@ -1,10 +1,10 @@
 """Measured data-plane link rates to other peers: bytes moved per second of transfer, smoothed.
 
 Every request a peer makes through its `FramePool` is one sample: the bytes it sent and received
-over the time the exchange took, less the time the other peer was expected to spend computing
-(the caller's estimate), so a slow GPU does not read as a slow link. Samples are smoothed per
-remote peer with an exponential moving average. The meter keeps the most recently measured peers
-only, bounded, so a heartbeat can carry all of them.
+over the time the exchange took, less the time the other peer says it held the call (a stage
+reply's `server_s`: queueing and compute), so a slow or busy GPU does not read as a slow link.
+Samples are smoothed per remote peer with an exponential moving average. The meter keeps the most
+recently measured peers only, bounded, so a heartbeat can carry all of them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ MAX_LINKS = 256
 LINK_REPORT_MAX_AGE_S = 60.0
 """Heartbeats report links measured this recently: an old figure may describe a path since changed."""
 MIN_TRANSFER_SHARE = 0.1
-"""A request whose compute estimate exceeds its time still spent this share of it on the link."""
+"""A request whose serving peer says it held it about as long as it took (or longer: its reply's
+figure is not trusted further) still spent this share of it on the link."""
 
 
 @dataclass(kw_only=True)
@@ -33,12 +34,12 @@ class LinkMeter:
         self._smoothing = smoothing
         self._links: dict[int, _Link] = {}
 
-    def observe(self, peer_id: int, nbytes: int, seconds: float, now: float, compute_s: float = 0.0) -> None:
+    def observe(self, peer_id: int, nbytes: int, seconds: float, now: float, held_s: float = 0.0) -> None:
         """One exchange with `peer_id`: `nbytes` both ways in `seconds`, of which the other peer
-        was expected to compute for `compute_s`."""
+        held the call for `held_s`."""
         if nbytes <= 0 or seconds <= 0:
             return
-        transfer_s = max(seconds - compute_s, MIN_TRANSFER_SHARE * seconds)
+        transfer_s = max(seconds - held_s, MIN_TRANSFER_SHARE * seconds)
         rate = nbytes / transfer_s
         link = self._links.pop(peer_id, None)
         if link is None:

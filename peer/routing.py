@@ -83,11 +83,6 @@ class StageRouter:
             if rate is not None and rate > 0:
                 slot.link_rate = rate
 
-    def compute_s(self, peer_id: int, samples: int) -> float:
-        """Expected compute time of a call of `samples` at `peer_id`."""
-        slot = self._slots.get(peer_id)
-        return samples / slot.throughput if slot is not None else 0.0
-
     def choose(
         self, samples: int, now: float, exclude: frozenset[int] = frozenset(), nbytes: int = 0
     ) -> int | None:

@@ -423,17 +423,13 @@ class Trainer:
                     answer, out = await self._local_call(header, tensors, keeper)
                 else:
                     frame, sent = assemble_call(header, payload, self.signer, receiver=peer)
-                    reply = await self.pool.request(
-                        address,
-                        frame,
-                        self.call_timeout_s,
-                        peer_id=peer,
-                        compute_s=router.compute_s(peer, grant.samples),
-                    )
+                    on_wire = time.monotonic()
+                    reply = await self.pool.request(address, frame, self.call_timeout_s)
                     traffic[0] += len(frame) + len(reply)
                     answer, out = open_reply(
                         reply, max_bytes=self.max_frame_bytes, verifier=self.verifier, call=sent
                     )
+                    self._measure_link(peer, len(frame) + len(reply), on_wire, answer)
                 if isinstance(answer, ErrorReply):
                     if keeper is not None and answer.error.startswith(NOT_KEPT):
                         raise ForwardNotKept(answer.error)
@@ -481,6 +477,14 @@ class Trainer:
             self._served.setdefault(grant.microbatch_id, []).append(served)
             return answer, out, Kept(peer=peer, frame=frame, address=address)
         raise CallFailed(f"stage {stage} {kind} failed {attempts} times: " + "; ".join(errors[-3:]))
+
+    def _measure_link(self, peer: int, nbytes: int, on_wire: float, answer: Reply) -> None:
+        """A call's link reading: its bytes over its time less what the serving peer says it held
+        the call (`server_s`: queueing, compute and coding). An estimate of its compute from its
+        rate left its queue in: with compute slowed 10x, eight swarm-ref peers' links read near
+        0.5 MB/s on loopback."""
+        now = time.monotonic()
+        self.pool.links.observe(peer, nbytes, now - on_wire, now, getattr(answer, "server_s", 0.0))
 
     async def _local_call(
         self, header: StageCall, tensors: dict[str, Tensor], keeper: Kept | None

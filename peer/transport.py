@@ -195,12 +195,12 @@ class FramePool:
         timeout: float,
         *,
         peer_id: int | None = None,
-        compute_s: float = 0.0,
         on_fragment: Callable[[bytes], None] | None = None,
     ) -> bytes:
         """The reply to `frame`. With `peer_id`, the exchange also measures the link to that peer
-        (`compute_s`: how long the other peer is expected to compute before answering); with
-        `on_fragment`, each piece of the reply is shown to it as it arrives (it must not raise)."""
+        (for exchanges the other peer answers at once: a stage call's caller measures it from the
+        reply's `server_s`); with `on_fragment`, each piece of the reply is shown to it as it
+        arrives (it must not raise)."""
         connection = await self._acquire(address, timeout)
         busy = self._busy.setdefault(address, set())
         busy.add(connection)
@@ -228,7 +228,7 @@ class FramePool:
         self.bytes_received += len(reply)
         if peer_id is not None:
             now = time.monotonic()
-            self.links.observe(peer_id, len(frame) + len(reply), now - started, now, compute_s)
+            self.links.observe(peer_id, len(frame) + len(reply), now - started, now)
         self._idle.setdefault(address, []).append(connection)
         return reply
 

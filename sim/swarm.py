@@ -39,11 +39,12 @@ from peer.routing import StageRouter
 from peer.trainer import MAX_ATTEMPTS_PER_CALL, NO_PEER_PATIENCE_S, NO_PEER_WAIT_S
 from peer.transport import transfer_timeout_s
 from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
-from server.policies.averaging_pace import RoundBudget, StepAveraging, Uplink, step_s
+from server.policies.averaging_pace import RoundBudget, StepAveraging, Uplink, round_s, step_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.join_hold import barrier_waits, holds_the_step
 from server.policies.rate_estimate import RateEstimate
 from server.policies.rebalance import PeerLoad, choose_moves
+from server.policies.round_timing import RoundTimes
 from server.policies.silence import Silence, silence, suspect_after_s
 from server.policies.stage_choice import choose_stage
 from server.policies.step_book import Grant, StepBook
@@ -194,6 +195,9 @@ class SwarmSim:
         """`StepCycle.batch_in_at`."""
         self.rounds: dict[int, AveragingRound] = {}
         self.round_sums: dict[int, tuple[float, RoundOutcome, frozenset[tuple[int, int]]]] = {}
+        self.round_modelled: dict[int, float] = {}
+        self.round_times = RoundTimes(self.S)
+        """`StepCycle.round_times`: first attempts' rounds timed against the readings' model."""
         """Stage -> (when its round's latest attempt began, that attempt's outcome, the (sender,
         receiver) sums held before it): what a new attempt of the step need not push again."""
         self.pending_apply: set[int] = set()
@@ -310,7 +314,10 @@ class SwarmSim:
                 for p in placed
             ]
             collect_s = step_s(self.sc.target_batch_size, min(self.stage_claims), 0.0)
-            self.join_rounds = (self.now, RoundBudget(uplinks, self._wire_gradient_bytes, collect_s))
+            self.join_rounds = (
+                self.now,
+                RoundBudget(uplinks, self._wire_gradient_bytes, collect_s, self.round_times.scales()),
+            )
         rounds = self.join_rounds[1]
         stage = choose_stage(
             self.stage_claims, self.placed_count, None, admits=lambda s: rounds.admits(s, None)
@@ -702,6 +709,22 @@ class SwarmSim:
         self.rounds = {
             s: AveragingRound(stage=s, attempt=0, group=frozenset(self.view[s])) for s in range(self.S)
         }
+        self.round_modelled = {
+            s: round_s(
+                len(round_.group),
+                self._wire_gradient_bytes[s],
+                min(
+                    (
+                        r
+                        for p in round_.group
+                        if (r := pushing_rate(self._link_reading(p), self.peers[p].rounds_held_up))
+                        is not None
+                    ),
+                    default=None,
+                ),
+            )
+            for s, round_ in self.rounds.items()
+        }
         for s, round_ in self.rounds.items():
             self._restart_round(s, round_)
         self._maybe_record()
@@ -797,6 +820,7 @@ class SwarmSim:
             if round_.was_missed(p) or (p in drop and drop != round_.group):
                 self.peers[p].rounds_held_up += 1
         if round_.complete():
+            self._time_round(stage)
             self._maybe_record()
             return
         if drop and drop != round_.group:
@@ -817,7 +841,16 @@ class SwarmSim:
             if peer.alive:
                 self.tally.received["AveragingDone"] += 1
                 round_.report(p, attempt, contributors, peer.accumulated)
+        self._time_round(stage)
         self._maybe_record()
+
+    def _time_round(self, stage: int) -> None:
+        """`StepCycle._round_completed`: a first attempt's round, timed from its barrier, once."""
+        round_ = self.rounds[stage]
+        if round_.attempt != 0 or not round_.complete() or stage not in self.round_modelled:
+            return
+        began = self.round_sums[stage][0]
+        self.round_times.timed(stage, modelled_s=self.round_modelled.pop(stage), measured_s=self.now - began)
 
     def _maybe_record(self) -> None:
         if self.phase != AVERAGING or not all(r.complete() for r in self.rounds.values()):
@@ -912,7 +945,9 @@ class SwarmSim:
             state_bytes=model.state_bytes,
             bytes_per_sample=model.bytes_per_sample,
             averaging=StepAveraging(
-                gradient_bytes=self._wire_gradient_bytes, batch_size=self.sc.target_batch_size
+                gradient_bytes=self._wire_gradient_bytes,
+                batch_size=self.sc.target_batch_size,
+                round_scale=self.round_times.scales(),
             ),
         )
         if plan is None:

@@ -18,6 +18,9 @@ Two rules, both pure, which `rebalance.choose_moves` applies when given a `StepA
   more samples over the decision's horizon than their copies cost, and only as many as the rate
   plan would not bring back (`RoundBudget` after the moves must refuse each of them its old stage
   again).
+Rounds are modelled from upload readings and scaled by how long the stage's rounds were timed at
+(`round_timing`): readings taken from trainers' calls can be far from what a push gets, and a stage
+whose rounds were never timed is not left for them.
 A large stage's round is long because of K, not only because of a slow member: in the simulator's
 churn-100 swarm without deaths, the rate plan filled the head stage with 26 broadband members (for
 its compute), whose round took 28 s a step against 2 s of collecting. Moving only upload outliers
@@ -44,6 +47,9 @@ class StepAveraging:
 
     gradient_bytes: Sequence[float]
     batch_size: int
+    round_scale: Sequence[float | None] = ()
+    """Per stage, its timed rounds' seconds over the modelled (`round_timing.RoundTimes.scales`);
+    None or missing: never timed, the model alone sizes its rounds and nobody leaves it for them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +72,12 @@ def round_s(members: int, gradient_bytes: float, slowest_upload: float | None) -
     return (members - 1) * gradient_bytes / slowest_upload
 
 
+def scale_of(round_scale: Sequence[float | None], stage: int) -> float:
+    """What the stage's modelled rounds are multiplied by: 1 where its rounds were never timed."""
+    scale = round_scale[stage] if stage < len(round_scale) else None
+    return 1.0 if scale is None else scale
+
+
 def averaging_budget_s(rounds: Sequence[float], collect_s: float) -> float:
     """What averaging may take without a move lengthening the step: the longest round now, or the
     step's collecting if longer (a round hidden under that costs nothing worth a copy)."""
@@ -76,10 +88,18 @@ class RoundBudget:
     """Which stages a mover may join without lengthening the step's averaging: after it joins, its
     new stage's round (one member more, and its upload if slower than the slowest there) must stay
     within `averaging_budget_s`. Leaving a stage only shortens its round. Updated as a plan adds
-    members, so a plan's later moves see its earlier ones."""
+    members, so a plan's later moves see its earlier ones. Rounds are modelled, scaled by
+    `round_scale` (`StepAveraging.round_scale`)."""
 
-    def __init__(self, uplinks: Sequence[Uplink], gradient_bytes: Sequence[float], collect_s: float) -> None:
+    def __init__(
+        self,
+        uplinks: Sequence[Uplink],
+        gradient_bytes: Sequence[float],
+        collect_s: float,
+        round_scale: Sequence[float | None] = (),
+    ) -> None:
         self.gradient_bytes = list(gradient_bytes)
+        self.scale = [scale_of(round_scale, s) for s in range(len(gradient_bytes))]
         self.counts = [0] * len(gradient_bytes)
         self.slowest: list[float | None] = [None] * len(gradient_bytes)
         for u in uplinks:
@@ -95,13 +115,15 @@ class RoundBudget:
             self.slowest[stage] = upload if low is None else min(low, upload)
 
     def round_of(self, stage: int) -> float:
-        return round_s(self.counts[stage], self.gradient_bytes[stage], self.slowest[stage])
+        return self.scale[stage] * round_s(
+            self.counts[stage], self.gradient_bytes[stage], self.slowest[stage]
+        )
 
     def round_joined(self, stage: int, upload: float | None) -> float:
         """`stage`'s round with one member more, pushing at `upload`."""
         low = self.slowest[stage]
         slowest = upload if low is None else (low if upload is None else min(low, upload))
-        return round_s(self.counts[stage] + 1, self.gradient_bytes[stage], slowest)
+        return self.scale[stage] * round_s(self.counts[stage] + 1, self.gradient_bytes[stage], slowest)
 
     def admits(self, stage: int, upload: float | None) -> bool:
         return self.round_joined(stage, upload) <= self.budget_s
@@ -159,6 +181,7 @@ def choose_pace_moves(
     copy_s: Callable[[int, int], float],
     movable: Callable[[int], bool],
     horizon_s: float,
+    round_scale: Sequence[float | None] = (),
 ) -> PacePlan | None:
     """Moves of members off the stages whose rounds are the step's longest, or None.
 
@@ -172,7 +195,8 @@ def choose_pace_moves(
     stage keeps `STAYING_MEMBERS`. Each goes to the stage whose round it lengthens least, then the
     lowest index; its rate counts in the step through `rate_with_moves` (the pipeline's rate with
     peers on the stages given). Choosing stops at a stage with no candidate left, or at a member
-    that may not move (`movable`: an unsettled rate).
+    that may not move (`movable`: an unsettled rate), or at a stage whose rounds were never timed
+    (`round_scale`, by which each stage's modelled rounds are multiplied).
 
     Of the first 1, 2, ... moves, the number with the most samples over `horizon_s` is made, if any
     beats making none: the movers serve nothing while they copy (`copy_s`), so a step shortened
@@ -199,8 +223,13 @@ def choose_pace_moves(
         left = measured[t][gone[t]][0] if gone[t] < len(measured[t]) else None
         return _least(left, joined[t])
 
+    scale = [scale_of(round_scale, t) for t in range(num_stages)]
+
+    def round_at(t: int, members: int, slowest_upload: float | None) -> float:
+        return scale[t] * round_s(members, gradient_bytes[t], slowest_upload)
+
     def rounds() -> list[float]:
-        return [round_s(counts[t], gradient_bytes[t], slowest(t)) for t in range(num_stages)]
+        return [round_at(t, counts[t], slowest(t)) for t in range(num_stages)]
 
     now = rounds()
     longest = max(now, default=0.0)
@@ -221,7 +250,8 @@ def choose_pace_moves(
     longest_copy = 0.0
     while len(moves) < MOST_PACE_MOVES:
         paced = max(range(num_stages), key=lambda t: (now[t], -t))
-        if gone[paced] >= leaving[paced]:
+        timed = paced < len(round_scale) and round_scale[paced] is not None
+        if gone[paced] >= leaving[paced] or not timed:
             break
         upload, _, peer_id = measured[paced][gone[paced]]
         if not movable(peer_id):
@@ -230,7 +260,7 @@ def choose_pace_moves(
         counts[paced] -= 1
         target = min(
             (t for t in range(num_stages) if t != paced),
-            key=lambda t: (round_s(counts[t] + 1, gradient_bytes[t], _least(slowest(t), upload)), t),
+            key=lambda t: (round_at(t, counts[t] + 1, _least(slowest(t), upload)), t),
         )
         counts[target] += 1
         joined[target] = _least(joined[target], upload)
@@ -244,8 +274,7 @@ def choose_pace_moves(
         after = step_s(batch_size, rate_after, max(now))
         allowed = averaging_budget_s(now, step_s(batch_size, rate_after, 0.0))
         comes_back = any(
-            round_s(counts[source] + 1, gradient_bytes[source], _least(slowest(source), uploads[p]))
-            <= allowed
+            round_at(source, counts[source] + 1, _least(slowest(source), uploads[p])) <= allowed
             for p, source, _ in moves
         )
         gain = batch_size * ((horizon_s - longest_copy) / after - baseline)

@@ -322,7 +322,7 @@ def choose_moves(
         if eased is not None:
             return eased
         collect_s = step_s(averaging.batch_size, rate, 0.0)
-        budget = RoundBudget(uplinks, averaging.gradient_bytes, collect_s)
+        budget = RoundBudget(uplinks, averaging.gradient_bytes, collect_s, averaging.round_scale)
     plan = _plan(swarm, counts, budget)
     if not plan:
         return None
@@ -408,6 +408,7 @@ def _ease_averaging(
         copy_s=copy_s,
         movable=lambda peer_id: swarm.peers[peer_id].settled,
         horizon_s=horizon_s,
+        round_scale=averaging.round_scale,
     )
     if plan is None:
         return None

@@ -165,6 +165,7 @@ class RunMachine(Verification):
                         message.counted,
                         message.grad_sum_norm_sq,
                     )
+                    self._round_completed(message.stage, now)
                     self._check_norms(message.stage, now)
                     if member.peer_id in self.members:
                         self._averaging_reported(member, message, now)

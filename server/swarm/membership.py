@@ -33,8 +33,6 @@ from swarmhub.presets import get_preset
 from swarmhub.stage_cost import (
     stage_bytes_per_sample,
     stage_flops,
-    stage_parameters,
-    stage_push_bytes,
     stage_state_bytes,
 )
 from swarmhub.status import PeerState, RunStatus
@@ -204,7 +202,10 @@ class Membership(StepCycle):
                 )
         collect_s = step_s(self.spec.target_batch_size, min(rates, default=0.0), 0.0)
         return StageLoad(
-            at=now, rates=rates, counts=counts, rounds=RoundBudget(uplinks, self._push_bytes(), collect_s)
+            at=now,
+            rates=rates,
+            counts=counts,
+            rounds=RoundBudget(uplinks, self._push_bytes(), collect_s, self.round_times.scales()),
         )
 
     def _reachability(self, member: Member, problem: str | None, *, benched_s: float) -> bool:
@@ -449,12 +450,6 @@ class Membership(StepCycle):
                     now,
                 )
 
-    def _push_bytes(self) -> list[float]:
-        """Each stage's gradient sum as members push it (the run's codec)."""
-        spec = self.spec
-        preset = get_preset(spec.model_preset)
-        return stage_push_bytes(stage_parameters(preset, spec.num_stages), spec.compression)
-
     def _maybe_rebalance(self, now: float) -> None:
         """Make the moves the policy finds worth their cost, at a moment they lose nothing.
 
@@ -498,7 +493,11 @@ class Membership(StepCycle):
             bytes_per_sample=stage_bytes_per_sample(
                 spec.num_stages, spec.seq_len, preset.d_model, spec.compression
             ),
-            averaging=StepAveraging(gradient_bytes=self._push_bytes(), batch_size=spec.target_batch_size),
+            averaging=StepAveraging(
+                gradient_bytes=self._push_bytes(),
+                batch_size=spec.target_batch_size,
+                round_scale=self.round_times.scales(),
+            ),
         )
         if plan is None:
             return

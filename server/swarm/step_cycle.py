@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
+from server.policies.averaging_pace import round_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.join_hold import barrier_waits
 from server.policies.ledger import FinishedMicrobatch, PeerCredit, Pending, Tally, claim_since, credit_step
 from server.policies.rebalance import inbound_link_rates
+from server.policies.round_timing import RoundTimes
 from server.policies.step_book import StepBook
 from server.policies.step_time import split_step_time
 from server.policies.view_sample import deal_stages, view_groups, view_sample
@@ -31,7 +33,7 @@ from server.swarm import decisions as do
 from server.swarm.members import Member
 from swarmhub.presets import get_preset
 from swarmhub.schedule import clip_scale, learning_rate
-from swarmhub.stage_cost import stage_bytes_per_sample
+from swarmhub.stage_cost import stage_bytes_per_sample, stage_parameters, stage_push_bytes
 from swarmhub.status import RunStatus
 from swarmhub.wire import (
     ActivationCacheTally,
@@ -101,6 +103,11 @@ class StepCycle:
         a member's stage changes, and `_unplace`."""
         self.rounds: dict[int, AveragingRound] = {}
         self.round_started: dict[int, float] = {}
+        self.round_modelled: dict[int, float] = {}
+        """Each stage's round of this step as the link readings size it at the barrier."""
+        self.round_times = RoundTimes(spec.num_stages)
+        """How long rounds that completed at their first attempt took against `round_modelled`: the
+        policies size rounds by it (`round_timing`)."""
         self.push_allowance: dict[int, float] = {}
         """Each round's push allowance as its barrier said (`push_allowance_s`)."""
         self.held_up_before: dict[int, int] = {}
@@ -177,10 +184,35 @@ class StepCycle:
             for stage in range(self.spec.num_stages)
         }
         self.round_started = dict.fromkeys(self.rounds, now)
+        push_bytes = self._push_bytes()
+        self.round_modelled = {
+            stage: round_s(len(round_.group), push_bytes[stage], self._slowest_pushing(round_.group))
+            for stage, round_ in self.rounds.items()
+        }
         self.noop_groups = {}
         for stage in self.rounds:
             self._send_barrier(stage)
         self._maybe_record(now)
+
+    def _slowest_pushing(self, group: frozenset[int]) -> float | None:
+        """The slowest push rate read among these members (None: none read), as the policies see it."""
+        rates = [
+            r
+            for p in group
+            if p in self.members
+            and (r := pushing_rate(self.members[p].inbound_link, self.members[p].rounds_held_up)) is not None
+        ]
+        return min(rates, default=None)
+
+    def _round_completed(self, stage: int, now: float) -> None:
+        """Time a round that completed at its first attempt (a retried one waited out a deadline,
+        which says nothing of how long pushes take), once."""
+        round_ = self.rounds.get(stage)
+        if round_ is None or round_.attempt != 0 or not round_.complete() or stage not in self.round_modelled:
+            return
+        self.round_times.timed(
+            stage, modelled_s=self.round_modelled.pop(stage), measured_s=now - self.round_started[stage]
+        )
 
     def _a_copy_holds(self, now: float) -> bool:
         """Whether any member's copy of its stage is young enough to be waited for (`join_hold`)."""
@@ -418,6 +450,12 @@ class StepCycle:
     def averaging_limit_s(self, stage: int) -> float:
         """How long the stage's round may take before it goes on without the members holding it up."""
         return round_limit_s(self.settings.averaging_deadline_s, self.push_allowance.get(stage, 0.0))
+
+    def _push_bytes(self) -> list[float]:
+        """Each stage's gradient sum as members push it (the run's codec)."""
+        spec = self.spec
+        preset = get_preset(spec.model_preset)
+        return stage_push_bytes(stage_parameters(preset, spec.num_stages), spec.compression)
 
     def _stage_gradient_bytes(self) -> float:
         """A stage's float32 gradient sum, what each member pushes to each other."""

@@ -36,7 +36,9 @@ UPLOAD_MBPS = 0.5
 GRANT = WorkGrant(step=0, microbatch_id="m1", first_sample=0, samples=SAMPLES)
 
 
-def trainer(peer_id: int, pool: FramePool, server: StageServer, address: str, *, local: bool) -> Trainer:
+def trainer(
+    peer_id: int, pool: FramePool, server: StageServer, address: str, *, local: bool, throughput: float = 10.0
+) -> Trainer:
     async def no_work() -> None:
         return None
 
@@ -57,7 +59,7 @@ def trainer(peer_id: int, pool: FramePool, server: StageServer, address: str, *,
         concurrency=1,
         serve_local=server.serve_local if local else None,
     )
-    swarm = [PeerEndpoint(peer_id=server.peer_id, address=address, stage=0, throughput=10.0)]
+    swarm = [PeerEndpoint(peer_id=server.peer_id, address=address, stage=0, throughput=throughput)]
     pool.learn(swarm)
     t.update_swarm(swarm)
     return t
@@ -151,3 +153,23 @@ def test_the_peer_picked_for_a_first_stage_forward_is_charged_the_samples_whole_
     assert charged[0] == int(whole[0] * SAMPLES)
     # At least the float32 activations it returns and their gradient: far more than the token ids.
     assert charged[0] >= 2 * SAMPLES * spec.seq_len * d_model * 4
+
+
+def test_a_link_reads_the_wire_not_the_serving_peers_compute_or_queue() -> None:
+    # The serving peer's compute is slowed 20x and the trainer believes it fast: the call spends
+    # nearly all its time inside the server. Estimating that time from the peer's rate left it on
+    # the link, which read a few hundred KB/s on loopback under a swarm's load.
+    server = stage_server(CHECKED, 0, run_spec())
+    server.slowdown = 20.0
+
+    async def scenario() -> None:
+        async with served_on_loopback(server, None) as (address, pool):
+            remote = trainer(TRAINER, pool, server, address, local=False, throughput=1e6)
+            reply = await forward(remote)
+            (served,) = remote._served[GRANT.microbatch_id]
+            assert reply.server_s > 0.5 * served.seconds
+            reading = pool.links.rate(CHECKED)
+            assert reading is not None
+            assert reading > 2 * (pool.bytes_sent + pool.bytes_received) / served.seconds
+
+    run_against(server, scenario)

@@ -13,16 +13,16 @@ from swarmhub.wire import PeerEndpoint
 
 
 @pytest.mark.parametrize(
-    ("nbytes", "seconds", "compute_s", "rate"),
+    ("nbytes", "seconds", "held_s", "rate"),
     [
         (1_000_000, 1.0, 0.0, 1_000_000),
-        (1_000_000, 1.0, 0.5, 2_000_000),  # the peer's compute is not link time
-        (1_000_000, 1.0, 5.0, 1_000_000 / MIN_TRANSFER_SHARE),  # an estimate longer than the call
+        (1_000_000, 1.0, 0.5, 2_000_000),  # the peer's compute and queue are not link time
+        (1_000_000, 1.0, 5.0, 1_000_000 / MIN_TRANSFER_SHARE),  # a peer that says it held it longer
     ],
 )
-def test_one_sample_sets_the_rate(nbytes: int, seconds: float, compute_s: float, rate: float) -> None:
+def test_one_sample_sets_the_rate(nbytes: int, seconds: float, held_s: float, rate: float) -> None:
     meter = LinkMeter()
-    meter.observe(4, nbytes, seconds, now=0.0, compute_s=compute_s)
+    meter.observe(4, nbytes, seconds, now=0.0, held_s=held_s)
     assert meter.rate(4) == pytest.approx(rate)
 
 

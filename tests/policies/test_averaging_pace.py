@@ -105,9 +105,11 @@ def decide(
     copy_s: float = 5.0,
     unsettled: frozenset[int] = frozenset(),
     horizon_s: float = 30.0,
+    round_scale: Sequence[float | None] | None = None,
 ) -> tuple[list[tuple[int, int]], float] | None:
     """`choose_pace_moves` with every member of stage s serving `member_rate[s]` samples/s there
-    (default: 200 on a light stage, 51.2 on a heavy one, so ten members of a heavy stage serve 512)."""
+    (default: 200 on a light stage, 51.2 on a heavy one, so ten members of a heavy stage serve 512),
+    and every stage's rounds timed as the model sizes them unless `round_scale` says otherwise."""
     rates = member_rate or [51.2 if g == HEAVY else 200.0 for g in gradient_bytes]
 
     def pipeline_rate(moved: Mapping[int, int]) -> float:
@@ -126,6 +128,7 @@ def decide(
         copy_s=lambda _peer, _stage: copy_s,
         movable=lambda peer_id: peer_id not in unsettled,
         horizon_s=horizon_s,
+        round_scale=[1.0] * len(gradient_bytes) if round_scale is None else round_scale,
     )
     return None if plan is None else ([(peer, to) for peer, _, to in plan.moves], plan.step_after_s)
 
@@ -231,6 +234,7 @@ def test_a_large_stage_of_members_as_fast_as_each_other_sheds_the_least_served()
         copy_s=lambda _peer, _stage: 1.3,
         movable=lambda _peer: True,
         horizon_s=30.0,
+        round_scale=[1.0] * 3,
     )
     assert plan is not None
     movers = [peer for peer, _, _ in plan.moves]
@@ -290,3 +294,39 @@ def test_once_the_pace_setters_moved_the_next_decision_moves_nobody() -> None:
 def test_step_s() -> None:
     assert step_s(4096, 512.0, 10.0) == pytest.approx(18.0)
     assert step_s(4096, 0.0, 10.0) == float("inf")
+
+
+def test_rounds_timed_far_shorter_than_modelled_move_nobody() -> None:
+    # The real swarm-ref run: readings near 0.5 MB/s modelled the head stage's round at ~118 s, its
+    # pushes took 3.2 s of an ~88 s step. Here the model says 50 s after 8 s of collecting, and the
+    # rounds were timed at a thirtieth of it: 1.7 s, hidden under collecting.
+    peers = uplinks([FAST] * 3, [FAST] * 3, [BROADBAND] * 7 + [SLOW] * 3)
+    assert decide(peers, [LIGHT, LIGHT, HEAVY]) is not None
+    assert decide(peers, [LIGHT, LIGHT, HEAVY], round_scale=[1.0, 1.0, 1 / 30]) is None
+
+
+def test_rounds_timed_longer_than_modelled_move_members_the_model_alone_would_keep() -> None:
+    # The model puts the heavy stage's round at 9 x 14 MB / 125 MB/s = 1 s, under 8 s of collecting;
+    # pushes that took 40 times that (40 s) are most of the step.
+    peers = uplinks([FAST] * 3, [FAST] * 3, [FAST] * 10)
+    assert decide(peers, [LIGHT, LIGHT, HEAVY]) is None
+    decided = decide(peers, [LIGHT, LIGHT, HEAVY], round_scale=[1.0, 1.0, 40.0])
+    assert decided is not None
+    assert all(peer > 6 for peer, _ in decided[0])
+
+
+@pytest.mark.parametrize("round_scale", [[1.0, 1.0, None], [1.0, 1.0], []], ids=["None", "short", "empty"])
+def test_nobody_leaves_a_stage_whose_rounds_were_never_timed(round_scale: list[float | None]) -> None:
+    peers = uplinks([FAST] * 3, [FAST] * 3, [BROADBAND] * 7 + [SLOW] * 3)
+    assert decide(peers, [LIGHT, LIGHT, HEAVY], round_scale=round_scale) is None
+
+
+def test_round_budget_sizes_rounds_by_how_they_were_timed() -> None:
+    peers = uplinks([FAST] * 4, [BROADBAND] * 10, [FAST] * 3)
+    modelled = RoundBudget(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0)
+    timed = RoundBudget(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, round_scale=[None, 0.1, 1.0])
+    assert timed.rounds == pytest.approx([modelled.rounds[0], modelled.rounds[1] / 10, modelled.rounds[2]])
+    # Stage 1's round, timed at 1 s, is hidden under the 8 s of collecting: a slow uplink may join.
+    assert not modelled.admits(1, SLOW)
+    assert timed.budget_s == 8.0
+    assert timed.admits(1, BROADBAND)

@@ -714,7 +714,9 @@ def test_the_plan_passes_over_a_slow_uplink_that_would_pace_a_heavy_stage(
 ) -> None:
     peers = uploads_of(loads([10.0, 10.0, 12.0], [5.0]), {3: SLOW_UPLOAD})
     assert moves_of(decide(peers, 2)) == [(3, 0, 1)]
-    averaging = StepAveraging(gradient_bytes=[LIGHT_SUM, HEAVY_SUM], batch_size=batch_size)
+    averaging = StepAveraging(
+        gradient_bytes=[LIGHT_SUM, HEAVY_SUM], batch_size=batch_size, round_scale=[1.0] * 2
+    )
     assert moves_of(decide(peers, 2, averaging=averaging)) == expected
 
 
@@ -724,7 +726,9 @@ def test_slow_uplinks_pacing_a_heavy_stage_move_to_light_ones() -> None:
     peers = uploads_of(
         loads([200.0] * 3, [200.0] * 3, [51.2] * 10), {14: SLOW_UPLOAD, 15: SLOW_UPLOAD, 16: SLOW_UPLOAD}
     )
-    averaging = StepAveraging(gradient_bytes=[LIGHT_SUM, LIGHT_SUM, HEAVY_SUM], batch_size=4096)
+    averaging = StepAveraging(
+        gradient_bytes=[LIGHT_SUM, LIGHT_SUM, HEAVY_SUM], batch_size=4096, round_scale=[1.0] * 3
+    )
     plan = decide(peers, 3, averaging=averaging, state_bytes=[20 * MB, 20 * MB, 180 * MB])
     assert plan is not None
     assert sorted(m.peer_id for m in plan.moves) == [14, 15, 16]
@@ -750,7 +754,9 @@ def test_a_large_head_stage_sheds_members_over_a_few_decisions_and_none_comes_ba
     rng = random.Random(7)
     costs = [1.0, 1.0, 2.0]
     placement = {p: 0 if p <= 10 else 1 if p <= 20 else 2 for p in range(1, 47)}
-    averaging = StepAveraging(gradient_bytes=[LIGHT_SUM, LIGHT_SUM, HEAVY_SUM], batch_size=4096)
+    averaging = StepAveraging(
+        gradient_bytes=[LIGHT_SUM, LIGHT_SUM, HEAVY_SUM], batch_size=4096, round_scale=[1.0] * 3
+    )
     unsettled: set[int] = set()
     history: list[tuple[int, int, int]] = []
     made = []

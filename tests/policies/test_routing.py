@@ -330,12 +330,6 @@ def test_link_rates_of_unknown_peers_and_zero_rates_are_ignored() -> None:
     assert r.peers() == [1, 2]
 
 
-def test_compute_estimate_is_samples_over_throughput() -> None:
-    r = router({1: 20.0})
-    assert r.compute_s(1, 8) == pytest.approx(0.4)
-    assert r.compute_s(2, 8) == 0.0
-
-
 def counts_with_bytes(r: StageRouter, n: int, nbytes: int) -> dict[int, int]:
     out = {p: 0 for p in r.peers()}
     for _ in range(n):

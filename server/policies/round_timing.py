@@ -1,0 +1,39 @@
+"""How long each stage's averaging rounds took, against what the link readings predicted.
+
+`averaging_pace` models a round as (K - 1) x sum bytes / the slowest member's upload reading, and the
+readings are trainers' calls' bytes over their time on the wire: they can be far from what a push
+gets. In a real 8-peer run on loopback (`bench.efficiency`, swarm-ref preset, compute slowed 10x)
+the readings were near 0.5 MB/s, so the head stage's round was modelled at ~118 s while its pushes
+took 3.2 s of an ~88 s step, and the pace rule moved a member off it that the rate plan had just
+moved there (5 moves, 0.50 of ideal, against 2 moves and 0.63 before the pace rule). The coordinator
+times every round that completes at its first attempt, so the policies scale each stage's modelled
+rounds by how far the model was off there (`scales`), and a stage whose rounds were never timed is
+not moved for averaging. Pure bookkeeping, no clock: the caller passes the seconds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+ROUNDS_KEPT = 3
+"""Timed rounds a stage's scale is the median of: one round slowed by a busy host does not move
+anybody, and a change of the swarm shows within a few steps."""
+
+
+class RoundTimes:
+    """Each stage's last `ROUNDS_KEPT` ratios of measured to modelled round seconds."""
+
+    def __init__(self, num_stages: int) -> None:
+        self.ratios: list[deque[float]] = [deque(maxlen=ROUNDS_KEPT) for _ in range(num_stages)]
+
+    def timed(self, stage: int, *, modelled_s: float, measured_s: float) -> None:
+        """Book a round that completed at its first attempt. Nothing to learn from a round the
+        model cannot size (no upload measured, a single member) or one that took no time."""
+        if modelled_s > 0 and measured_s > 0:
+            self.ratios[stage].append(measured_s / modelled_s)
+
+    def scales(self) -> list[float | None]:
+        """Per stage, measured / modelled round seconds (median of the kept rounds); None: no round
+        of the stage was timed."""
+        return [statistics.median(kept) if kept else None for kept in self.ratios]

@@ -1,0 +1,40 @@
+"""round_timing: how far each stage's timed averaging rounds were from the modelled."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.policies.round_timing import ROUNDS_KEPT, RoundTimes
+
+
+def test_a_stage_never_timed_has_no_scale() -> None:
+    assert RoundTimes(3).scales() == [None, None, None]
+
+
+def test_the_scale_is_the_median_of_the_last_rounds() -> None:
+    times = RoundTimes(2)
+    for measured in (3.0, 90.0, 4.0):  # one round slowed by a busy host
+        times.timed(1, modelled_s=100.0, measured_s=measured)
+    assert times.scales() == [None, pytest.approx(0.04)]
+
+
+def test_only_the_last_rounds_count() -> None:
+    times = RoundTimes(1)
+    for measured in [1.0] * ROUNDS_KEPT + [5.0] * ROUNDS_KEPT:
+        times.timed(0, modelled_s=1.0, measured_s=measured)
+    assert times.scales() == [pytest.approx(5.0)]
+
+
+@pytest.mark.parametrize(
+    ("modelled_s", "measured_s"),
+    [
+        pytest.param(0.0, 2.0, id="no upload measured or one member: the model sizes nothing"),
+        pytest.param(3.0, 0.0, id="a round that took no time"),
+    ],
+)
+def test_rounds_the_model_cannot_be_compared_with_are_not_booked(
+    modelled_s: float, measured_s: float
+) -> None:
+    times = RoundTimes(1)
+    times.timed(0, modelled_s=modelled_s, measured_s=measured_s)
+    assert times.scales() == [None]
