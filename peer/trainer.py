@@ -423,13 +423,12 @@ class Trainer:
                     answer, out = await self._local_call(header, tensors, keeper)
                 else:
                     frame, sent = assemble_call(header, payload, self.signer, receiver=peer)
-                    on_wire = time.monotonic()
-                    reply = await self.pool.request(address, frame, self.call_timeout_s)
+                    reply, wire_s = await self.pool.timed_request(address, frame, self.call_timeout_s)
                     traffic[0] += len(frame) + len(reply)
                     answer, out = open_reply(
                         reply, max_bytes=self.max_frame_bytes, verifier=self.verifier, call=sent
                     )
-                    self._measure_link(peer, len(frame) + len(reply), on_wire, answer)
+                    self._measure_link(peer, len(frame) + len(reply), wire_s, answer)
                 if isinstance(answer, ErrorReply):
                     if keeper is not None and answer.error.startswith(NOT_KEPT):
                         raise ForwardNotKept(answer.error)
@@ -478,13 +477,12 @@ class Trainer:
             return answer, out, Kept(peer=peer, frame=frame, address=address)
         raise CallFailed(f"stage {stage} {kind} failed {attempts} times: " + "; ".join(errors[-3:]))
 
-    def _measure_link(self, peer: int, nbytes: int, on_wire: float, answer: Reply) -> None:
+    def _measure_link(self, peer: int, nbytes: int, wire_s: float, answer: Reply) -> None:
         """A call's link reading: its bytes over its time less what the serving peer says it held
         the call (`server_s`: queueing, compute and coding). An estimate of its compute from its
         rate left its queue in: with compute slowed 10x, eight swarm-ref peers' links read near
         0.5 MB/s on loopback."""
-        now = time.monotonic()
-        self.pool.links.observe(peer, nbytes, now - on_wire, now, getattr(answer, "server_s", 0.0))
+        self.pool.links.observe(peer, nbytes, wire_s, time.monotonic(), getattr(answer, "server_s", 0.0))
 
     async def _local_call(
         self, header: StageCall, tensors: dict[str, Tensor], keeper: Kept | None

@@ -198,9 +198,24 @@ class FramePool:
         on_fragment: Callable[[bytes], None] | None = None,
     ) -> bytes:
         """The reply to `frame`. With `peer_id`, the exchange also measures the link to that peer
-        (for exchanges the other peer answers at once: a stage call's caller measures it from the
-        reply's `server_s`); with `on_fragment`, each piece of the reply is shown to it as it
-        arrives (it must not raise)."""
+        (for exchanges the other peer answers at once; a caller told how long the other peer held
+        its call measures with `timed_request`); with `on_fragment`, each piece of the reply is
+        shown to it as it arrives (it must not raise)."""
+        reply, seconds = await self.timed_request(address, frame, timeout, on_fragment=on_fragment)
+        if peer_id is not None:
+            self.links.observe(peer_id, len(frame) + len(reply), seconds, time.monotonic())
+        return reply
+
+    async def timed_request(
+        self,
+        address: str,
+        frame: bytes,
+        timeout: float,
+        *,
+        on_fragment: Callable[[bytes], None] | None = None,
+    ) -> tuple[bytes, float]:
+        """`request`'s reply, and the seconds the exchange took on its connection (opening one not
+        included)."""
         connection = await self._acquire(address, timeout)
         busy = self._busy.setdefault(address, set())
         busy.add(connection)
@@ -226,11 +241,9 @@ class FramePool:
             raise TransportError(f"peer at {address} answered with text, not a frame")
         self.bytes_sent += len(frame)
         self.bytes_received += len(reply)
-        if peer_id is not None:
-            now = time.monotonic()
-            self.links.observe(peer_id, len(frame) + len(reply), now - started, now)
+        seconds = time.monotonic() - started
         self._idle.setdefault(address, []).append(connection)
-        return reply
+        return reply, seconds
 
     def learn(self, endpoints: Iterable[PeerEndpoint]) -> None:
         """Take the fingerprints of endpoints the coordinator listed; the latest word per address wins."""

@@ -195,11 +195,11 @@ class SwarmSim:
         """`StepCycle.batch_in_at`."""
         self.rounds: dict[int, AveragingRound] = {}
         self.round_sums: dict[int, tuple[float, RoundOutcome, frozenset[tuple[int, int]]]] = {}
+        """Stage -> (when its round's latest attempt began, that attempt's outcome, the (sender,
+        receiver) sums held before it): what a new attempt of the step need not push again."""
         self.round_modelled: dict[int, float] = {}
         self.round_times = RoundTimes(self.S)
         """`StepCycle.round_times`: first attempts' rounds timed against the readings' model."""
-        """Stage -> (when its round's latest attempt began, that attempt's outcome, the (sender,
-        receiver) sums held before it): what a new attempt of the step need not push again."""
         self.pending_apply: set[int] = set()
         self.last_decision = -1e9
         self.flight: dict[str, _Microbatch] = {}
@@ -709,22 +709,6 @@ class SwarmSim:
         self.rounds = {
             s: AveragingRound(stage=s, attempt=0, group=frozenset(self.view[s])) for s in range(self.S)
         }
-        self.round_modelled = {
-            s: round_s(
-                len(round_.group),
-                self._wire_gradient_bytes[s],
-                min(
-                    (
-                        r
-                        for p in round_.group
-                        if (r := pushing_rate(self._link_reading(p), self.peers[p].rounds_held_up))
-                        is not None
-                    ),
-                    default=None,
-                ),
-            )
-            for s, round_ in self.rounds.items()
-        }
         for s, round_ in self.rounds.items():
             self._restart_round(s, round_)
         self._maybe_record()
@@ -747,7 +731,7 @@ class SwarmSim:
                 for sender, receiver in held_before | before.held_by(self.now - began)
                 if sender in round_.group and receiver in round_.group
             )
-        outcome, limit = self._round_outcome(stage, round_.group, held)
+        outcome, limit = self._round_outcome(stage, round_, held)
         self.round_sums[stage] = (self.now, outcome, held)
         if outcome.complete:
             self.events.at(self.now + outcome.ends_s, self._averaged, stage, round_.attempt)
@@ -755,19 +739,22 @@ class SwarmSim:
             self.events.at(self.now + limit, self._expired, stage, (round_.attempt, outcome))
 
     def _round_outcome(
-        self, stage: int, group: frozenset[int], held: frozenset[tuple[int, int]]
+        self, stage: int, round_: AveragingRound, held: frozenset[tuple[int, int]]
     ) -> tuple[RoundOutcome, float]:
         """The round's outcome and the coordinator's deadline for it (seconds from the barrier): the
         barrier's push allowance from the slowest link measured among the members
-        (`StepCycle._send_barrier`), each member's timeout as `Averager.average` takes it; `held`:
-        the sums delivered in earlier attempts of the step (all-to-all does not push them again)."""
-        model, peers = self.model, self.peers
+        (`StepCycle._send_barrier`, which also models a first attempt's round there), each member's
+        timeout as `Averager.average` takes it; `held`: the sums delivered in earlier attempts of
+        the step (all-to-all does not push them again)."""
+        model, peers, group = self.model, self.peers, round_.group
         wire = self._wire_gradient_bytes[stage]
         # The coordinator sizes the allowance by an even stage's float32 sum (`_stage_gradient_bytes`).
         stage_bytes = sum(model.gradient_bytes) / self.S
         rates = [pushing_rate(self._link_reading(p), peers[p].rounds_held_up) for p in group]
-        links = [r for r in rates if r is not None]
-        allowance = push_allowance_s(stage_bytes, len(group), min(links, default=None))
+        slowest = min((r for r in rates if r is not None), default=None)
+        allowance = push_allowance_s(stage_bytes, len(group), slowest)
+        if round_.attempt == 0:
+            self.round_modelled[stage] = round_s(len(group), wire, slowest)
         timeout = max(transfer_timeout_s(int(wire * len(group))), allowance)
         members = [
             Pusher(

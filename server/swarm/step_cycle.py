@@ -184,25 +184,10 @@ class StepCycle:
             for stage in range(self.spec.num_stages)
         }
         self.round_started = dict.fromkeys(self.rounds, now)
-        push_bytes = self._push_bytes()
-        self.round_modelled = {
-            stage: round_s(len(round_.group), push_bytes[stage], self._slowest_pushing(round_.group))
-            for stage, round_ in self.rounds.items()
-        }
         self.noop_groups = {}
         for stage in self.rounds:
             self._send_barrier(stage)
         self._maybe_record(now)
-
-    def _slowest_pushing(self, group: frozenset[int]) -> float | None:
-        """The slowest push rate read among these members (None: none read), as the policies see it."""
-        rates = [
-            r
-            for p in group
-            if p in self.members
-            and (r := pushing_rate(self.members[p].inbound_link, self.members[p].rounds_held_up)) is not None
-        ]
-        return min(rates, default=None)
 
     def _round_completed(self, stage: int, now: float) -> None:
         """Time a round that completed at its first attempt (a retried one waited out a deadline,
@@ -228,7 +213,10 @@ class StepCycle:
         round_ = self.rounds[stage]
         members = [self.members[p] for p in sorted(round_.group) if p in self.members]
         links = [r for m in members if (r := pushing_rate(m.inbound_link, m.rounds_held_up)) is not None]
-        allowance = push_allowance_s(self._stage_gradient_bytes(), len(members), min(links, default=None))
+        slowest = min(links, default=None)
+        allowance = push_allowance_s(self._stage_gradient_bytes(), len(members), slowest)
+        if round_.attempt == 0:
+            self.round_modelled[stage] = round_s(len(members), self._push_bytes()[stage], slowest)
         self.push_allowance[stage] = allowance
         barrier = StepBarrier(
             step=self.book.step,
