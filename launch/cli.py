@@ -4,6 +4,7 @@ or run the demo."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import sys
 from collections.abc import Sequence
@@ -35,8 +36,9 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
 def _serve(args: argparse.Namespace) -> int:
     # Imported here so that `swarmhub` works on peer-only installs, which lack the server extra.
     import uvicorn
+    from uvicorn.server import STARTUP_FAILURE
 
-    from server.app import create_app
+    from server.app import CoordinatorServer, create_app
 
     try:
         settings = _settings(args)
@@ -44,7 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"error: {'; '.join(e['msg'] for e in exc.errors())}", file=sys.stderr)
         return 2
     print(f"swarmhub: join commands name {settings.join_url()}", flush=True)
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings),
         host=settings.host,
         port=settings.port,
@@ -53,7 +55,11 @@ def _serve(args: argparse.Namespace) -> int:
         proxy_headers=True,
         forwarded_allow_ips=settings.forwarded_allow_ips,
     )
-    return 0
+    server = CoordinatorServer(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    # As `uvicorn.run` does: a server that never started (its port taken, its app failing) exits 3.
+    return 0 if server.started else STARTUP_FAILURE
 
 
 def _read_password(args: argparse.Namespace) -> str:

@@ -6,8 +6,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import FrameType
 
 import anyio
+import uvicorn
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
@@ -58,6 +60,17 @@ def _frontend_dir(settings: ServerSettings) -> Path | None:
         if candidate is not None and (candidate / "index.html").is_file():
             return candidate
     return None
+
+
+class CoordinatorServer(uvicorn.Server):
+    """uvicorn's server, which tells the live swarm it is going down as soon as a stop signal comes:
+    uvicorn closes every peer's channel before the app's shutdown runs (`LiveSwarm.begin_shutdown`)."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        live: LiveSwarm | None = getattr(self.config.app.state, "live", None)
+        if live is not None:
+            live.begin_shutdown()
+        super().handle_exit(sig, frame)
 
 
 def create_app(settings: ServerSettings | None = None) -> FastAPI:

@@ -103,6 +103,7 @@ class LiveSwarm:
         self._unsynced: dict[int, PeerLink] = {}
         """Links heard from since their figures were last written (a heartbeat always changes one:
         its time), so a sync touches only those, never every channel of a large swarm."""
+        self._shutting_down = False
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -111,7 +112,17 @@ class LiveSwarm:
         loops = (self._tick_forever(), self._sync_forever(), self._tickets.renew_forever())
         self._tasks = [asyncio.create_task(loop) for loop in loops]
 
+    def begin_shutdown(self) -> None:
+        """The coordinator is going down: from now on its machines decide nothing.
+
+        The channels that close on the way out (uvicorn closes them before the app's shutdown runs)
+        are the coordinator's going, not their peers' departures. Fed to a machine, they made a round
+        that had lost its only members commit its step empty, the samples lost, with a restart
+        coming that would have taken the step again with the same peers."""
+        self._shutting_down = True
+
     async def stop(self) -> None:
+        self.begin_shutdown()
         for task in [*self._tasks, *self._probes]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._probes, return_exceptions=True)
@@ -261,7 +272,7 @@ class LiveSwarm:
 
     async def _feed_run(self, run_id: int, event: on.Input) -> None:
         machine = self._machines.get(run_id)
-        if machine is None:
+        if machine is None or self._shutting_down:
             return
         async with self._locks[run_id]:
             await self._carry_out(machine, machine.handle(event))
