@@ -49,7 +49,9 @@ Rates: samples of the steps after the warm-up over the time between their commit
 the last warm-up step to that of the last step). Moves are `rebalance` events; samples lost to moves
 are the samples_lost of each move's step and the next. The step-time split is the mean of the
 per-step metrics time_compute_s, time_network_s, time_waiting_s, time_averaging_s and
-time_coordinator_s over the timed steps, where the coordinator records them.
+time_coordinator_s over the timed steps, where the coordinator records them; next to it, the mean
+over the same steps of how much of collecting the busiest stage's peers computed, on average and its
+least and most busy peer (`busiest_stage_busy`, `server.policies.step_time.busiest_stage`).
 
     .venv/bin/python -m bench.efficiency [--slowdown 10] [--steps 30] [--churn-s 300] [--smoke] [--out DIR]
 """
@@ -83,6 +85,11 @@ STEP_TIME_METRICS = (
     "time_waiting_s",
     "time_averaging_s",
     "time_coordinator_s",
+)
+BUSIEST_STAGE_METRICS = (
+    "busiest_stage_busy_share",
+    "busiest_stage_least_busy_share",
+    "busiest_stage_most_busy_share",
 )
 CALIBRATION_REPEATS = 7
 
@@ -222,9 +229,12 @@ def settled_from(rows: list[dict[str, Any]], events: list[dict[str, Any]], warmu
     return max(warmup, min(after_moves, len(rows) - 2))
 
 
-def step_time_split(swarm: LocalSwarm, run_id: int, timed_steps: set[int]) -> dict[str, float]:
+def step_time_split(
+    swarm: LocalSwarm, run_id: int, timed_steps: set[int], names: tuple[str, ...] = STEP_TIME_METRICS
+) -> dict[str, float]:
+    """The mean of each per-step metric in `names` over the timed steps that have it."""
     split = {}
-    for name in STEP_TIME_METRICS:
+    for name in names:
         values = [m["value"] for m in swarm.metrics(run_id, name) if m["step"] in timed_steps]
         if values:
             split[name] = statistics.fmean(values)
@@ -304,6 +314,7 @@ def run_scenario(scenario: Scenario, timing: Timing) -> dict[str, Any]:
             rate = timed_rate(rows, first_timed)
             timed = rows[first_timed:]
         split = step_time_split(swarm, run["id"], {r["step"] for r in timed})
+        busiest = step_time_split(swarm, run["id"], {r["step"] for r in timed}, BUSIEST_STAGE_METRICS)
     window = (_commit_time(rows[rows.index(timed[0]) - 1]), _commit_time(timed[-1])) if not churn else None
     served = served_stage_seconds(rate_readings, window, scenario.slowdowns, cfg.num_stages) if window else []
     during = events[:finished]
@@ -331,6 +342,7 @@ def run_scenario(scenario: Scenario, timing: Timing) -> dict[str, Any]:
         "steps_timed": len(timed),
         "first_timed_step": timed[0]["step"] if timed else None,
         "step_time_split_s": split,
+        "busiest_stage_busy": busiest,
         "failures": sum(1 for e in during if e["kind"] == "peer_lost"),
         "events": [f"{e['kind']}: {e['message']}" for e in events],
         "wall_s": time.monotonic() - started,

@@ -312,8 +312,11 @@ class MetricOut(Out):
     averaging to this one's): time_compute_s (the serving peers' mean compute), time_network_s (the
     mean network time of their calls: transfers), time_waiting_s (the rest of collecting: queueing,
     idle, failures), time_averaging_s and time_coordinator_s
-    (recording, applying, opening the step); activation_cache_hits and activation_cache_misses
-    (backward calls that found their kept forward, or found it gone)."""
+    (recording, applying, opening the step); busiest_stage, with busiest_stage_busy_share,
+    busiest_stage_least_busy_share and busiest_stage_most_busy_share (the stage whose ready peers
+    computed the largest share of the step's collecting, that mean share, and its least and most busy
+    peer's); activation_cache_hits and activation_cache_misses (backward calls that found their kept
+    forward, or found it gone)."""
     value: float
     created_at: datetime
 

@@ -173,6 +173,15 @@ def record_committed_step(session: Session, run_id: int, record: RecordStep) -> 
         ("activation_cache_misses", record.cache_misses),
     ):
         record_metric(session, run_id=run_id, step=record.step, name=name, value=value)
+    busy = record.stage_busy
+    if busy is not None:
+        for name, value in (
+            ("busiest_stage", busy.stage),
+            ("busiest_stage_busy_share", busy.mean_share),
+            ("busiest_stage_least_busy_share", busy.least_share),
+            ("busiest_stage_most_busy_share", busy.most_share),
+        ):
+            record_metric(session, run_id=run_id, step=record.step, name=name, value=value)
     lost = {
         s: record.samples_sent - c for s, c in enumerate(record.samples_counted) if c < record.samples_sent
     }

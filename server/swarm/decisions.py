@@ -12,6 +12,7 @@ from typing import Any
 
 from server.policies.health import RunHealth
 from server.policies.ledger import PeerCredit
+from server.policies.step_time import StageBusy
 from swarmhub.status import PeerState
 from swarmhub.wire import ApplyStep, Message, PeerEndpoint
 
@@ -108,6 +109,8 @@ class RecordStep:
     time_averaging_s: float
     time_coordinator_s: float
     """Where the step's time went; the five add up to one whole step (`server.policies.step_time`)."""
+    stage_busy: StageBusy | None
+    """How busy the busiest stage's peers were while the step collected (`step_time.busiest_stage`)."""
     cache_hits: int
     cache_misses: int
     """Activation-cache hits and misses the stage servers reported while the step was open."""

@@ -27,7 +27,7 @@ from server.policies.ledger import FinishedMicrobatch, PeerCredit, Pending, Tall
 from server.policies.rebalance import inbound_link_rates
 from server.policies.round_timing import RoundTimes
 from server.policies.step_book import StepBook
-from server.policies.step_time import split_step_time
+from server.policies.step_time import busiest_stage, split_step_time
 from server.policies.view_sample import deal_stages, view_groups, view_sample
 from server.swarm import decisions as do
 from server.swarm.members import Member
@@ -250,6 +250,11 @@ class StepCycle:
             network_s=sum(book.served_network.values()),
             serving_peers=len(book.served_compute),
         )
+        stage_busy = busiest_stage(
+            book.served_compute,
+            {m.peer_id: m.stage for m in self.ready() if m.stage is not None},
+            self.barrier_at - self.step_started,
+        )
         credits = self._credits(now)
         self.averaged_at = now
         applies = {
@@ -283,6 +288,7 @@ class StepCycle:
             time_waiting_s=times.waiting_s,
             time_averaging_s=times.averaging_s,
             time_coordinator_s=times.coordinator_s,
+            stage_busy=stage_busy,
             cache_hits=book.cache_hits,
             cache_misses=book.cache_misses,
             learning_rate=rate,

@@ -29,6 +29,10 @@ def test_efficiency_smoke(tmp_path: Path) -> None:
         assert row["samples_per_s"] > 0
         assert row["ideal_samples_per_s"] > 0
         assert {"fraction_of_ideal", "moves", "samples_lost_to_moves", "step_time_split_s"} <= row.keys()
+        busiest = row["busiest_stage_busy"]
+        if "churn" not in row["system"]:  # a churn window may hold no step whose peers reported
+            least, mean, most = (busiest[f"busiest_stage_{k}busy_share"] for k in ("least_", "", "most_"))
+            assert 0 <= least <= mean <= most <= 1, busiest
     churn = next(row for row in swarm if "churn" in row["system"])
     assert churn["kills"] >= 1
     assert {"fixed_pipeline_samples_per_s", "vs_fixed_pipeline"} <= churn.keys()

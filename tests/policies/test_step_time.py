@@ -1,11 +1,11 @@
 """split_step_time: the five parts of a step's time from its moments and its served compute and
-network time."""
+network time; busiest_stage: how busy the busiest stage's peers were, and how evenly."""
 
 from __future__ import annotations
 
 import pytest
 
-from server.policies.step_time import split_step_time
+from server.policies.step_time import StageBusy, busiest_stage, split_step_time
 
 
 @pytest.mark.parametrize(
@@ -52,3 +52,30 @@ def test_the_parts_of_a_step(
     assert parts == pytest.approx(expected)
     assert min(parts) >= 0
     assert split.total_s == pytest.approx(averaged - (opened if previous is None else previous))
+
+
+def busy(stage: int, mean: float, least: float, most: float) -> StageBusy:
+    return StageBusy(stage=stage, mean_share=mean, least_share=least, most_share=most)
+
+
+@pytest.mark.parametrize(
+    ("compute", "stage_of", "collecting", "expected"),
+    [
+        # Stage 1's two peers computed 60 and 20 of 80 s: on average half of it, one 3x the other.
+        ({1: 10.0, 2: 60.0, 3: 20.0}, {1: 0, 2: 1, 3: 1}, 80.0, busy(1, 0.5, 0.25, 0.75)),
+        # A ready peer that served nothing was idle: it counts, at 0.
+        ({1: 30.0, 2: 60.0}, {1: 0, 2: 1, 3: 1}, 80.0, busy(0, 0.375, 0.375, 0.375)),
+        ({1: 10.0, 2: 60.0}, {1: 0, 2: 1, 3: 1}, 80.0, busy(1, 0.375, 0.0, 0.75)),
+        # A peer that served and then left (not ready now) is not counted; ties go to the lower stage.
+        ({1: 40.0, 2: 40.0, 9: 80.0}, {1: 0, 2: 1}, 80.0, busy(0, 0.5, 0.5, 0.5)),
+        # Busier than the step was long (calls of an earlier step, a peer's clock): capped at all of it.
+        ({1: 100.0, 2: 10.0}, {1: 0, 2: 1}, 80.0, busy(0, 1.0, 1.0, 1.0)),
+        # Nothing computed, or nothing collected: nothing to say.
+        ({}, {1: 0, 2: 1}, 80.0, None),
+        ({1: 10.0}, {1: 0}, 0.0, None),
+    ],
+)
+def test_the_busiest_stage_and_how_evenly_its_peers_were_busy(
+    compute: dict[int, float], stage_of: dict[int, int], collecting: float, expected: StageBusy | None
+) -> None:
+    assert busiest_stage(compute, stage_of, collecting) == expected

@@ -8,6 +8,7 @@ import itertools
 
 import pytest
 
+from server.policies.step_time import StageBusy
 from server.swarm import decisions as do
 from server.swarm import inputs as on
 from swarmhub.wire import (
@@ -168,6 +169,18 @@ def test_collecting_splits_off_the_serving_peers_mean_network_time(
     )
     assert five == pytest.approx((compute, expected_network, 4.0 - compute - expected_network, 1.5, 0.0))
     assert sum(five) == pytest.approx(4.0 + 1.5)
+
+
+def test_the_record_says_how_busy_the_busiest_stage_was_while_the_step_collected() -> None:
+    swarm = two_by_one()
+    # Peer 1 (stage 0) computed 0.6 s of the 4 s collecting, peer 2 (stage 1) 1.0 s.
+    record = timed_step(
+        swarm, collect=4.0, average=1.5, record=0.25, apply=0.5, compute=[{1: 0.3, 2: 0.5}, {1: 0.3, 2: 0.5}]
+    )
+    assert record.stage_busy == StageBusy(stage=1, mean_share=0.25, least_share=0.25, most_share=0.25)
+    # A step whose serving peers say nothing of their compute says nothing of its stages either.
+    quiet = timed_step(swarm, collect=4.0, average=1.0, record=0.0, apply=0.0, compute=[{1: 0.0, 2: 0.0}] * 2)
+    assert quiet.stage_busy is None
 
 
 def test_only_finished_microbatches_of_the_open_step_count_towards_compute() -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from server.policies.step_time import StageBusy
 from server.services.swarm import record_committed_step
 from server.swarm import decisions as do
 
 TIME_PARTS = ("time_compute_s", "time_network_s", "time_waiting_s", "time_averaging_s", "time_coordinator_s")
 
 
-def record(step: int, **figures: float) -> do.RecordStep:
+def record(step: int, stage_busy: StageBusy | None = None, **figures: float) -> do.RecordStep:
     return do.RecordStep(
         step=step,
         loss=2.0,
@@ -31,6 +32,7 @@ def record(step: int, **figures: float) -> do.RecordStep:
         grad_scale=1.0,
         attempts=(0, 0),
         finished=False,
+        stage_busy=stage_busy,
         **figures,
     )
 
@@ -64,3 +66,24 @@ def test_the_time_split_and_cache_figures_are_per_step_metrics(api, client, owne
         f"/api/runs/{run_id}/metrics", params={"name": "time_waiting_s"}, headers=owner_headers
     ).json()
     assert [(row["step"], row["value"]) for row in only] == [(0, 1.25)]
+
+
+BUSY = (
+    "busiest_stage",
+    "busiest_stage_busy_share",
+    "busiest_stage_least_busy_share",
+    "busiest_stage_most_busy_share",
+)
+
+
+def test_the_busiest_stage_is_a_per_step_metric_when_a_peer_computed(api, client, owner_headers, run_id):
+    zeros = dict.fromkeys((*TIME_PARTS, "cache_hits", "cache_misses"), 0.0)
+    busy = StageBusy(stage=3, mean_share=0.7, least_share=0.36, most_share=0.97)
+    with api.app.state.session_factory() as session:
+        record_committed_step(session, run_id, record(0, stage_busy=busy, **zeros))
+        record_committed_step(session, run_id, record(1, **zeros))
+        session.commit()
+    rows = client.get(f"/api/runs/{run_id}/metrics", headers=owner_headers).json()
+    by_step = {step: {r["name"]: r["value"] for r in rows if r["step"] == step} for step in (0, 1)}
+    assert [by_step[0][name] for name in BUSY] == [3, 0.7, 0.36, 0.97]
+    assert not set(BUSY) & set(by_step[1])
