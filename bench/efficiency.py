@@ -229,8 +229,8 @@ def settled_from(rows: list[dict[str, Any]], events: list[dict[str, Any]], warmu
     return max(warmup, min(after_moves, len(rows) - 2))
 
 
-def step_time_split(
-    swarm: LocalSwarm, run_id: int, timed_steps: set[int], names: tuple[str, ...] = STEP_TIME_METRICS
+def metric_means(
+    swarm: LocalSwarm, run_id: int, timed_steps: set[int], names: tuple[str, ...]
 ) -> dict[str, float]:
     """The mean of each per-step metric in `names` over the timed steps that have it."""
     split = {}
@@ -313,8 +313,9 @@ def run_scenario(scenario: Scenario, timing: Timing) -> dict[str, Any]:
             first_timed = settled_from(rows, events, timing.warmup)
             rate = timed_rate(rows, first_timed)
             timed = rows[first_timed:]
-        split = step_time_split(swarm, run["id"], {r["step"] for r in timed})
-        busiest = step_time_split(swarm, run["id"], {r["step"] for r in timed}, BUSIEST_STAGE_METRICS)
+        timed_steps = {r["step"] for r in timed}
+        split = metric_means(swarm, run["id"], timed_steps, STEP_TIME_METRICS)
+        busiest = metric_means(swarm, run["id"], timed_steps, BUSIEST_STAGE_METRICS)
     window = (_commit_time(rows[rows.index(timed[0]) - 1]), _commit_time(timed[-1])) if not churn else None
     served = served_stage_seconds(rate_readings, window, scenario.slowdowns, cfg.num_stages) if window else []
     during = events[:finished]
