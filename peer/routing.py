@@ -4,10 +4,10 @@ Interleaved weighted round-robin, as in the SWARM reference code: every peer has
 finish time; the next call goes to the peer with the smallest one (random tie-break), which then
 advances by the call's expected time there: compute (samples / that peer's throughput) plus
 transfer (the call's bytes / the link rate this trainer measured to that peer; an unmeasured link
-counts as free, so it gets tried and measured). Calls already queued at a peer (from its
-heartbeat) count against it. Fast peers are chosen proportionally more often, slow or busy ones
-less, and a peer that fails is banned for a while with capped exponential backoff. Pure: no I/O,
-time is passed in.
+counts at the median of those measured). Calls queued at a peer, as its last reply to this trainer
+said, count against it while that reading is fresh (`_queues_now`). Fast peers are chosen
+proportionally more often, slow or busy ones less, and a peer that fails is banned for a while with
+capped exponential backoff. Pure: no I/O, time is passed in.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class _PeerSlot:
     throughput: float
     banned_until: float = 0.0
     queue_length: int = 0
+    queue_read_at: float = 0.0
     link_rate: float | None = None
     """Bytes per second this trainer measured to the peer, None until measured."""
     failures: int = 0
@@ -46,9 +47,9 @@ class StageRouter:
     _median_known: bool = False
     """`_median_link` holds for the stage's current peers and links."""
 
-    def update_peers(self, throughputs: dict[int, float], queues: dict[int, int] | None = None) -> None:
-        """Set the stage's live peers, their measured throughputs (samples/s) and, if given, how
-        many calls each has waiting (otherwise each keeps what `observe_queue` last said)."""
+    def update_peers(self, throughputs: dict[int, float]) -> None:
+        """Set the stage's live peers and their measured throughputs (samples/s); each keeps the
+        queue `observe_queue` last read."""
         self._median_known = False
         for peer_id in list(self._slots):
             if peer_id not in throughputs:
@@ -66,14 +67,13 @@ class StageRouter:
                 )
             else:
                 slot.throughput = max(throughput, MIN_THROUGHPUT)
-            if queues is not None:
-                slot.queue_length = queues.get(peer_id, 0)
 
-    def observe_queue(self, peer_id: int, queued: int) -> None:
-        """Calls waiting at `peer_id`, as its latest reply said."""
+    def observe_queue(self, peer_id: int, queued: int, now: float) -> None:
+        """Calls waiting at `peer_id`, as its reply that arrived at `now` said."""
         slot = self._slots.get(peer_id)
         if slot is not None:
             slot.queue_length = queued
+            slot.queue_read_at = now
 
     def update_links(self, rates: dict[int, float]) -> None:
         """Link rates (bytes/s) this trainer measured; peers without one keep theirs."""
@@ -97,10 +97,9 @@ class StageRouter:
                 slot.stale = False
                 if floor is not None:
                     slot.finish_time = max(slot.finish_time, floor)
-        # Calls other trainers queued at a peer delay this one by about queue x compute time (their
-        # transfers are on other trainers' links).
+        queued = _queues_now(self._slots, samples, now)
         candidates = [
-            (slot.finish_time + slot.queue_length * samples / slot.throughput, self.rng.random(), peer_id)
+            (slot.finish_time + queued[peer_id] * samples / slot.throughput, self.rng.random(), peer_id)
             for peer_id, slot in self._slots.items()
             if slot.banned_until <= now and peer_id not in exclude
         ]
@@ -152,6 +151,27 @@ def ban_seconds(failures: int, base_s: float, max_s: float) -> float:
     and a product past it is inf, which the cap takes back to `max_s`."""
     doublings = min(failures - 1, sys.float_info.max_exp - 1)
     return min(max_s, base_s * 2.0**doublings)
+
+
+def _queues_now(slots: dict[int, _PeerSlot], samples: int, now: float) -> dict[int, float]:
+    """The calls each peer is taken to hold queued now, from its last reading, each delaying a call
+    of `samples` by its compute there (other trainers' transfers are on their own links).
+
+    A reading is as old as this trainer's replies from that peer are apart, and at a loaded stage a
+    reply itself waited 12-17 s in the queue (swarm-ref's head, docs/benchmarks.md). Taken at face
+    value, a peer that answered long ago looked idle beside one that had just answered with its
+    queue, every trainer sent it its next calls on that old reading, and four equal peers were busy
+    from 43% to 91% of the same step. So a reading fades toward the mean of the stage's readings,
+    halving its difference from it with each call's compute that passes there, in which a queue
+    changes by about one call. A fresh reading still steers calls away from a backed-up peer (a
+    slow one, or one held up by its upload), which ignoring queues altogether gave up. (Weighting
+    the mean by each reading's freshness did no better; both simulated, issue 13.)"""
+    level = statistics.fmean(slot.queue_length for slot in slots.values()) if slots else 0.0
+    queued: dict[int, float] = {}
+    for peer_id, slot in slots.items():
+        calls_since = max(0.0, now - slot.queue_read_at) * slot.throughput / samples
+        queued[peer_id] = level + (slot.queue_length - level) * 0.5**calls_since
+    return queued
 
 
 def _call_s(slot: _PeerSlot, samples: int, nbytes: int, unmeasured_link: float | None) -> float:

@@ -453,7 +453,7 @@ class Trainer:
                 )
                 continue
             router.report_success(peer)
-            router.observe_queue(peer, getattr(answer, "queued", 0))
+            router.observe_queue(peer, getattr(answer, "queued", 0), time.monotonic())
             # A trainer does not check its own peer: it has no reason to doubt it, and no signed
             # frames of the call to show a referee.
             if checking and not local:

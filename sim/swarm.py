@@ -19,8 +19,9 @@ samples lost, as `StepCycle._expire_rounds` does. A peer dies silently: its call
 time out, and the coordinator forgets it when its probe after a few missed heartbeats goes
 unanswered (`server/policies/silence.py`), or at the heartbeat timeout.
 
-Simplifications, for speed: the trainers share one router per stage (every call advances the same
-virtual finish times, as many trainers' routers together would); heartbeat readings are taken every
+Simplifications, for speed: trainers share `Scenario.routers` routers per stage round robin (each
+real trainer routes alone, on its own stale view of the peers' queues; at thousands of trainers
+their routers are grouped); heartbeat readings are taken every
 `READING_S` rather than every second; verification (spot checks, blame, arbitration) is left out;
 a trainer slot refused while grants are paced is granted as soon as a microbatch finishes (a real
 one asks again within `NO_WORK_POLL_S`).
@@ -41,7 +42,7 @@ from peer.transport import transfer_timeout_s
 from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
 from server.policies.averaging_pace import RoundBudget, StepAveraging, Uplink, round_s, step_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
-from server.policies.join_hold import barrier_waits, holds_the_step
+from server.policies.join_hold import barrier_waits, holds_the_step, waits_for_loader
 from server.policies.rate_estimate import RateEstimate
 from server.policies.rebalance import PeerLoad, choose_moves
 from server.policies.round_timing import RoundTimes
@@ -171,7 +172,11 @@ class SwarmSim:
         self.tally = CoordinatorTally()
         self.peers: list[_Peer] = []
         self.S = sc.num_stages
-        self.routers = [StageRouter(rng=random.Random(sc.seed * 1000 + s)) for s in range(self.S)]
+        self.routers = [
+            [StageRouter(rng=random.Random((sc.seed * 1000 + s) * 1000 + g)) for s in range(self.S)]
+            for g in range(sc.routers)
+        ]
+        """Router group -> stage -> that group's router (`_router`)."""
         self.view: list[set[int]] = [set() for _ in range(self.S)]
         """Ready peers per stage: what the coordinator's SwarmView lists, and trainers route to."""
         self.placed_count = [0] * self.S
@@ -474,9 +479,16 @@ class SwarmSim:
     def _refresh_router(self, stage: int) -> None:
         ready = self.view[stage]
         peers = self.peers
-        # Queue lengths come from the peers' replies (`observe_queue`), as the trainer takes them.
-        self.routers[stage].update_peers({q: peers[q].claim for q in ready})
-        self.routers[stage].update_links({q: peers[q].kind.bandwidth for q in ready if peers[q].linked})
+        throughputs = {q: peers[q].claim for q in ready}
+        links = {q: link for q in ready if (link := self._link_reading(q)) is not None}
+        for group in self.routers:
+            # Queue lengths come from the peers' replies (`observe_queue`), as the trainer takes them.
+            group[stage].update_peers(throughputs)
+            group[stage].update_links(links)
+
+    def _router(self, mb: _Microbatch) -> StageRouter:
+        """The router of `mb`'s trainer at its stage."""
+        return self.routers[mb.trainer % len(self.routers)][mb.stage]
 
     def _send_view(self) -> None:
         # Every member is listed each stage's ready peers whole up to `PEERS_PER_STAGE`, else a sample
@@ -573,7 +585,7 @@ class SwarmSim:
                 self._send(mb, keeper)
                 return
             mb.whole = True
-        router = self.routers[s]
+        router = self._router(mb)
         exclude = frozenset(mb.tried) if mb.tried and len(mb.tried) < len(router.peers()) else frozenset()
         samples = mb.samples
         # As `Trainer._call`: the peer picked is charged the sample's whole traffic at the stage.
@@ -628,7 +640,7 @@ class SwarmSim:
             return  # the trainer died: nobody goes on with this microbatch
         p, now = mb.peer, self.now
         peer = self.peers[p]
-        router = self.routers[mb.stage]
+        router = self._router(mb)
         peer.calls.pop(mb, None)
         if mb.finish < math.inf:
             peer.queued -= 1
@@ -653,7 +665,7 @@ class SwarmSim:
             self._route(mb)
             return
         router.report_success(p)
-        router.observe_queue(p, peer.queued)
+        router.observe_queue(p, peer.queued, now)
         peer.served += mb.samples
         s = mb.stage
         mb.attempts, mb.tried = 0, set()
@@ -717,6 +729,14 @@ class SwarmSim:
         """`Member.holds_step` of any loading peer."""
         now, peers = self.now, self.peers
         return any(holds_the_step(now - peers[p].assigned_at, peers[p].copies_behind) for p in self.loading)
+
+    def _an_empty_stage_loads(self) -> bool:
+        """`StepCycle._an_empty_stage_loads`."""
+        now, peers = self.now, self.peers
+        return any(
+            not self.view[peers[p].stage] and waits_for_loader(now - peers[p].assigned_at)
+            for p in self.loading
+        )
 
     def _restart_round(self, stage: int, round_: AveragingRound) -> None:
         """Send the round's barrier, and settle now, from its members' links, how it goes: complete
@@ -897,13 +917,13 @@ class SwarmSim:
     def _maybe_rebalance(self) -> None:
         """`Membership._maybe_rebalance`: at a step boundary (nothing granted yet) at most every
         `REBALANCE_INTERVAL_S` without waiting for copies under way, or at once for an empty stage
-        unless a copy under way may fill it."""
+        unless a copy under way (or a peer loading that stage) may fill it."""
         if self.sc.mode != "swarm" or self.phase != COLLECTING:
             return
         stage_empty = not all(self.view)
         if not stage_empty and (self.granted or self.now - self.last_decision < REBALANCE_INTERVAL_S):
             return
-        if stage_empty and self._copy_holds_step():
+        if stage_empty and (self._copy_holds_step() or self._an_empty_stage_loads()):
             return
         if self.members < self.S:
             return

@@ -28,7 +28,8 @@ any copy the step would wait for was under way, and the same 10,000-peer swarm n
 (nor did 1,000 peers, a copy every 14 s). It decides on the ready peers, as it always did once a
 copy was older than the hold; a decision comes `REBALANCE_INTERVAL_S` after the last one, so the
 copies of the last decision's moves are past the hold by then anyway. Only a stage left without a
-ready peer still waits for copies under way, one of which may be filling it. Counting a fresh
+ready peer still waits for copies under way, one of which may be filling it, and for a peer already
+loading that very stage a while longer (`EMPTY_STAGE_WAIT_S`). Counting a fresh
 copy at its stage instead, at the peer's claimed rate, was tried in the simulator and lost: 1,000
 peers trained at 40 samples/s against 51 without counting, with 4x the retries (the claims of
 joiners on slow links were taken at full compute).
@@ -38,6 +39,12 @@ from __future__ import annotations
 
 JOIN_HOLD_S = 15.0
 """How long a step's averaging waits for copies under way."""
+EMPTY_STAGE_WAIT_S = 120.0
+"""How long a stage without a ready peer waits for a peer loading it before another is moved in.
+A peer moved in would have to load the same stage, from the same sources, no sooner; only a loader
+that is stuck is worth replacing. Eight swarm-ref peers started at once on two cores took longer
+than `JOIN_HOLD_S` to build their stages, and the run's first decision moved a third peer into
+stage 0 while its two peers were still building it (docs/benchmarks.md, issue 13)."""
 
 
 def join_hold_s(arrived_behind: int) -> float:
@@ -57,3 +64,9 @@ def barrier_waits(step_waited_s: float, copies_held: bool) -> bool:
     """Whether a step whose batch has been complete for `step_waited_s` still waits at its barrier,
     `copies_held` saying whether any copy under way holds it (`holds_the_step`)."""
     return copies_held and step_waited_s < JOIN_HOLD_S
+
+
+def waits_for_loader(loading_for_s: float) -> bool:
+    """Whether a stage without a ready peer still waits for a peer that began loading it
+    `loading_for_s` ago, rather than have a peer moved in."""
+    return loading_for_s < EMPTY_STAGE_WAIT_S

@@ -459,14 +459,15 @@ class Membership(StepCycle):
         exception is a stage left without a peer: the pipeline is stalled, and the empty stage has
         lost more of the step than a donor could. Not sooner than `REBALANCE_INTERVAL_S` after the
         last decision. A decision at a step boundary does not wait for copies under way
-        (`policies.join_hold`); one for an empty stage does, since a copy may be filling it.
+        (`policies.join_hold`); one for an empty stage does, since a copy may be filling it, and
+        waits longer for a peer loading that very stage (`join_hold.waits_for_loader`).
         """
         if not self.rebalance or self.status != RunStatus.ACTIVE or self.phase != Phase.COLLECTING:
             return
         stage_empty = bool(self.unserved_stages())
         if not stage_empty and (self.book.samples_sent or now - self.last_decision < REBALANCE_INTERVAL_S):
             return
-        if stage_empty and self._a_copy_holds(now):
+        if stage_empty and (self._a_copy_holds(now) or self._an_empty_stage_loads(now)):
             return  # a copy under way may be the one that fills it
         self.last_decision = now
         links = inbound_link_rates({m.peer_id: m.links for m in self.members.values()})

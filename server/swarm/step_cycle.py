@@ -22,7 +22,7 @@ from enum import StrEnum
 from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
 from server.policies.averaging_pace import round_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
-from server.policies.join_hold import barrier_waits
+from server.policies.join_hold import barrier_waits, waits_for_loader
 from server.policies.ledger import FinishedMicrobatch, PeerCredit, Pending, Tally, claim_since, credit_step
 from server.policies.rebalance import inbound_link_rates
 from server.policies.round_timing import RoundTimes
@@ -202,6 +202,15 @@ class StepCycle:
     def _a_copy_holds(self, now: float) -> bool:
         """Whether any member's copy of its stage is young enough to be waited for (`join_hold`)."""
         return any(m.holds_step(now) for m in self.members.values())
+
+    def _an_empty_stage_loads(self, now: float) -> bool:
+        """Whether a member is loading a stage that has no ready peer, recently enough to be waited
+        for (`join_hold.waits_for_loader`)."""
+        empty = set(self.unserved_stages())
+        return any(
+            m.loading and m.stage in empty and waits_for_loader(now - m.assigned_at)
+            for m in self.members.values()
+        )
 
     def _restart_round(self, stage: int, without: frozenset[int], now: float) -> None:
         """A new attempt at the stage's round without these members (lost, or holding it up)."""

@@ -259,14 +259,53 @@ def test_peer_joining_during_a_ban_is_not_flooded(seed: int) -> None:
 
 def test_a_queued_peer_is_chosen_less_until_its_queue_drains() -> None:
     router = StageRouter(rng=random.Random(0))
-    router.update_peers({1: 10.0, 2: 10.0}, {1: 5, 2: 0})
+    router.update_peers({1: 10.0, 2: 10.0})
+    router.observe_queue(1, 5, now=0.0)
+    router.observe_queue(2, 0, now=0.0)
     picks = [router.choose(8, now=0.0) for _ in range(20)]
-    # Peer 1's five queued calls put it 5 calls behind: peer 2 takes the first five outright.
+    # Read just now, peer 1's five queued calls put it calls behind: peer 2 takes the first five.
     assert picks[:5] == [2, 2, 2, 2, 2]
     assert picks.count(2) > picks.count(1)
-    router.update_peers({1: 10.0, 2: 10.0}, {1: 0, 2: 0})
+    router.observe_queue(1, 0, now=0.0)
     later = [router.choose(8, now=0.0) for _ in range(40)]
     assert abs(later.count(1) - later.count(2)) <= 6
+
+
+@pytest.mark.parametrize(
+    ("age_s", "calls_to_it"),
+    [
+        # Read just now: it is idle and takes calls until it holds a queue like the others' (as
+        # read at face value it would at any age).
+        (0.0, 9),
+        # One call's compute (0.8 s) old: half its difference from the stage's mean is left.
+        (0.8, 6),
+        # Many calls old: it says no more than the stage's mean, which its own reading holds a
+        # little below the others': one call over its even share of 2.
+        (30.0, 3),
+    ],
+)
+def test_a_reading_of_an_empty_queue_fades_with_its_age(age_s: float, calls_to_it: int) -> None:
+    """At a loaded stage the replies come seconds apart: the peers that answered last hold long
+    queues, the one that answered long ago read empty then. Taken at face value, every trainer sent
+    that one its next calls at once (swarm-ref's head: equal peers busy 43-91% of one step)."""
+    router = StageRouter(rng=random.Random(0))
+    router.update_peers({p: 10.0 for p in range(1, 6)})
+    now = 100.0
+    router.observe_queue(1, 0, now=now - age_s)
+    for p in range(2, 6):
+        router.observe_queue(p, 8, now=now)
+    picks = [router.choose(8, now=now) for _ in range(10)]
+    assert picks.count(1) == calls_to_it
+
+
+def test_a_fresh_reading_of_a_long_queue_still_steers_calls_away() -> None:
+    router = StageRouter(rng=random.Random(0))
+    router.update_peers({1: 10.0, 2: 10.0, 3: 10.0})
+    router.observe_queue(1, 9, now=50.0)
+    router.observe_queue(2, 0, now=50.0)
+    router.observe_queue(3, 0, now=50.0)
+    picks = [router.choose(8, now=50.0) for _ in range(6)]
+    assert 1 not in picks
 
 
 # ---- link time ----------------------------------------------------------------------------------
@@ -342,12 +381,12 @@ def counts_with_bytes(r: StageRouter, n: int, nbytes: int) -> dict[int, int]:
 def test_a_queue_observed_in_a_reply_stands_until_the_next_reply_not_the_next_view() -> None:
     router = StageRouter(rng=random.Random(0))
     router.update_peers({1: 10.0, 2: 10.0})
-    router.observe_queue(1, 5)
+    router.observe_queue(1, 5, now=0.0)
     # A view refresh (throughputs only) keeps what peer 1's reply said.
     router.update_peers({1: 10.0, 2: 10.0})
     picks = [router.choose(8, now=0.0) for _ in range(5)]
     assert picks == [2, 2, 2, 2, 2]
-    router.observe_queue(1, 0)
-    router.observe_queue(7, 3)  # not a peer of this stage: ignored
+    router.observe_queue(1, 0, now=0.0)
+    router.observe_queue(7, 3, now=0.0)  # not a peer of this stage: ignored
     later = [router.choose(8, now=0.0) for _ in range(40)]
     assert abs(later.count(1) - later.count(2)) <= 6

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from server.policies.join_hold import JOIN_HOLD_S, barrier_waits, holds_the_step, join_hold_s
+from server.policies.join_hold import (
+    EMPTY_STAGE_WAIT_S,
+    JOIN_HOLD_S,
+    barrier_waits,
+    holds_the_step,
+    join_hold_s,
+    waits_for_loader,
+)
 
 
 @pytest.mark.parametrize(
@@ -44,3 +51,19 @@ def test_a_negative_count_is_refused():
 )
 def test_a_step_waits_for_copies_a_while_in_all(step_waited_s, copies_held, waits):
     assert barrier_waits(step_waited_s, copies_held) is waits
+
+
+@pytest.mark.parametrize(
+    ("loading_for_s", "waits"),
+    [
+        (0.0, True),
+        (JOIN_HOLD_S, True),
+        (EMPTY_STAGE_WAIT_S - 0.1, True),
+        (EMPTY_STAGE_WAIT_S, False),
+        (1e6, False),
+    ],
+)
+def test_an_empty_stage_waits_for_its_loader_longer_than_a_step_waits_for_a_copy(
+    loading_for_s: float, waits: bool
+) -> None:
+    assert waits_for_loader(loading_for_s) is waits

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from server.policies.averaging import AveragingRound
-from server.policies.join_hold import JOIN_HOLD_S
+from server.policies.join_hold import EMPTY_STAGE_WAIT_S, JOIN_HOLD_S
 from server.policies.step_book import StepBook
 from server.swarm import decisions as do
 from server.swarm import inputs as on
@@ -201,9 +201,15 @@ class Harness:
 
 
 def harness(
-    placement: list[int], *, speeds: list[float] | None = None, seed: int = 0, preset: str = "tiny"
+    placement: list[int],
+    *,
+    speeds: list[float] | None = None,
+    seed: int = 0,
+    preset: str = "tiny",
+    loading: frozenset[int] = frozenset(),
 ) -> Harness:
-    """Peers 1, 2, ... on the given stages, all ready; by default each 10 samples/s on stage 0."""
+    """Peers 1, 2, ... on the given stages, all ready but those `loading` their stage still; by
+    default each 10 samples/s on stage 0."""
     machine = RunMachine(
         spec=spec(stages=max(placement) + 1, preset=preset),
         status="active",
@@ -224,7 +230,8 @@ def harness(
     for i, stage in enumerate(placement):
         h.join(i + 1, stage)
     for i, stage in enumerate(placement):
-        h.say(i + 1, StageReady(stage=stage, step=0, origin="initialized"))
+        if i + 1 not in loading:
+            h.say(i + 1, StageReady(stage=stage, step=0, origin="initialized"))
     return h
 
 
@@ -353,6 +360,36 @@ def test_moves_wait_for_the_interval_and_the_next_boundary() -> None:
     decided_at = sorted({e.data["step"] for e in moves})
     assert all(b - a >= REBALANCE_INTERVAL_S / STEP_S for a, b in itertools.pairwise(decided_at))
     assert h.lost() == [0] * 60
+
+
+def test_a_stage_its_peers_are_still_building_is_not_given_another() -> None:
+    """Eight swarm-ref peers started on two cores took longer than a copy's hold to build their
+    stages, and the first decision moved a third peer into stage 0 while its two were building it:
+    a move that had to build the same stage again, and one more move to undo it later."""
+    h = harness([0, 0, 1, 1], loading=frozenset({1, 2}))
+    h.now += 2 * JOIN_HOLD_S
+    h.heartbeats()
+    h.feed(on.Tick(now=h.now))
+    assert h.moves() == []
+    for peer_id in (1, 2):
+        h.say(peer_id, StageReady(stage=0, step=0, origin="initialized"))
+    h.steps(20)
+    assert h.moves() == []
+    assert h.placement() == (2, 2)
+
+
+def test_a_stage_whose_only_loader_is_stuck_is_given_a_peer_after_the_wait() -> None:
+    h = harness([0, 1, 1], loading=frozenset({1}))
+    h.now += EMPTY_STAGE_WAIT_S - 1
+    h.feed(on.Tick(now=h.now))
+    assert h.moves() == []
+    h.now += 1
+    out = h.feed(on.Tick(now=h.now))
+    (assign,) = of(out, do.AssignStage)
+    assert (assign.stage, assign.reason) == (0, "rebalanced")
+    assert assign.peer_id in {2, 3}
+    (event,) = [e for e in of(out, do.RecordEvent) if e.kind == "rebalance"]
+    assert event.data["fills_empty"] is True
 
 
 def test_an_emptied_stage_is_filled_at_once() -> None:
