@@ -544,7 +544,40 @@ def main(argv: list[str] | None = None) -> int:
         timing, steps=args.emulated_steps, warmup=args.emulated_warmup, stage_seconds=timing.stage_seconds
     )
 
-    rows = compute_bound(shape, timing, args.rounds) if args.only != "emulated" else []
+    rows: list[dict[str, Any]] = []
+
+    def plot(ax: Any) -> None:
+        labels = [r["system"].replace(": ", ":\n") for r in rows]
+        ax.barh(labels, [r["samples_per_s"] for r in rows], color="tab:blue", label="measured")
+        ideal = [r.get("ideal_samples_per_s") or 0 for r in rows]
+        ax.barh(labels, ideal, fill=False, edgecolor="tab:red", label="ideal (best placement's bottleneck)")
+        ax.invert_yaxis()
+        ax.tick_params(axis="y", labelsize=6)
+        ax.set_xlabel("samples/s")
+        ax.set_title(f"slowdown {args.slowdown:g}, {args.peers} peers, {args.stages} stages unless named")
+        ax.legend(fontsize=7)
+
+    config = {k: v for k, v in vars(args).items() if k != "out"}
+
+    def save() -> Path:
+        """Write the rows measured so far: a run of the whole suite takes over an hour, and one
+        stopped before its end (a timeout, a crash) keeps every scenario it finished."""
+        return write_results(
+            "efficiency",
+            config={
+                **config,
+                "compute_bound": asdict(shape),
+                "emulated": asdict(emulated_cfg),
+                "swarm_ref": asdict(ref),
+            },
+            rows=rows,
+            plot=plot,
+            out_dir=args.out,
+        )
+
+    if args.only != "emulated":
+        rows += compute_bound(shape, timing, args.rounds)
+        save()
     scenarios = emulated_scenarios(emulated_cfg, ref, args.peers, args.slowdown, args.churn_every)
     chosen = [sc for sc in scenarios if args.match in sc.name] if args.only != "compute" else []
     if args.smoke:
@@ -561,37 +594,14 @@ def main(argv: list[str] | None = None) -> int:
             fixed = result["fixed_pipeline_samples_per_s"]
             result["vs_fixed_pipeline"] = result["samples_per_s"] / fixed if fixed else None
         rows.append(result)
+        save()
     print_table(rows, COLUMNS)
     swarm_rows = [r for r in rows if "moves" in r]
     print(
         f"moves per run: {[r['moves'] for r in swarm_rows]};"
         f" samples lost to moves: {sum(r['samples_lost_to_moves'] for r in swarm_rows)}"
     )
-
-    def plot(ax: Any) -> None:
-        labels = [r["system"].replace(": ", ":\n") for r in rows]
-        ax.barh(labels, [r["samples_per_s"] for r in rows], color="tab:blue", label="measured")
-        ideal = [r.get("ideal_samples_per_s") or 0 for r in rows]
-        ax.barh(labels, ideal, fill=False, edgecolor="tab:red", label="ideal (best placement's bottleneck)")
-        ax.invert_yaxis()
-        ax.tick_params(axis="y", labelsize=6)
-        ax.set_xlabel("samples/s")
-        ax.set_title(f"slowdown {args.slowdown:g}, {args.peers} peers, {args.stages} stages unless named")
-        ax.legend(fontsize=7)
-
-    config = {k: v for k, v in vars(args).items() if k != "out"}
-    path = write_results(
-        "efficiency",
-        config={
-            **config,
-            "compute_bound": asdict(shape),
-            "emulated": asdict(emulated_cfg),
-            "swarm_ref": asdict(ref),
-        },
-        rows=rows,
-        plot=plot,
-        out_dir=args.out,
-    )
+    path = save()
     print(f"results: {path}")
     return 0
 
