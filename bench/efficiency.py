@@ -73,7 +73,7 @@ import torch
 
 from bench.baselines import TrainConfig, one_f_one_b, pipeline_restart, single_process
 from bench.ideal import best_placement, even_placement, fixed_pipeline_samples, placement_rate
-from bench.report import RESULTS_DIR, print_table, write_results
+from bench.report import RESULTS_DIR, plot_measured_against_ideal, print_table, write_results
 from launch.local_swarm import LocalSwarm
 from peer.model import build_stage
 from swarmhub.presets import get_preset
@@ -547,15 +547,13 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
 
     def plot(ax: Any) -> None:
-        labels = [r["system"].replace(": ", ":\n") for r in rows]
-        ax.barh(labels, [r["samples_per_s"] for r in rows], color="tab:blue", label="measured")
-        ideal = [r.get("ideal_samples_per_s") or 0 for r in rows]
-        ax.barh(labels, ideal, fill=False, edgecolor="tab:red", label="ideal (best placement's bottleneck)")
-        ax.invert_yaxis()
-        ax.tick_params(axis="y", labelsize=6)
-        ax.set_xlabel("samples/s")
-        ax.set_title(f"slowdown {args.slowdown:g}, {args.peers} peers, {args.stages} stages unless named")
-        ax.legend(fontsize=7)
+        plot_measured_against_ideal(
+            ax,
+            rows,
+            [r["system"].replace(": ", ":\n") for r in rows],
+            ideal_label="ideal (best placement's bottleneck)",
+            title=f"slowdown {args.slowdown:g}, {args.peers} peers, {args.stages} stages unless named",
+        )
 
     config = {k: v for k, v in vars(args).items() if k != "out"}
 

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from bench.baselines import TrainConfig, gpipe, loss_check, print_loss_check, single_process
-from bench.report import RESULTS_DIR, print_table, write_results
+from bench.report import RESULTS_DIR, plot_measured_against_ideal, print_table, write_results
 from launch.local_swarm import LocalSwarm
 
 
@@ -248,15 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"SWARM first-step loss (homogeneous): {swarm_runs[0]['losses'][0]:.6f}")
 
     def plot(ax: Any) -> None:
-        labels = [r["system"].replace("SWARM ", "SWARM\n").replace(": ", ":\n") for r in rows]
-        ax.barh(labels, [r["samples_per_s"] for r in rows], color="tab:blue", label="measured")
-        ideal = [r.get("ideal_samples_per_s") or 0 for r in rows]
-        ax.barh(labels, ideal, fill=False, edgecolor="tab:red", label="ideal (bottleneck stage capacity)")
-        ax.invert_yaxis()
-        ax.tick_params(axis="y", labelsize=6)
-        ax.set_xlabel("samples/s")
-        ax.set_title(f"{cfg.preset}, {cfg.num_stages} stages, batch {cfg.batch_size}")
-        ax.legend(fontsize=7)
+        plot_measured_against_ideal(
+            ax,
+            rows,
+            [r["system"].replace("SWARM ", "SWARM\n").replace(": ", ":\n") for r in rows],
+            ideal_label="ideal (bottleneck stage capacity)",
+            title=f"{cfg.preset}, {cfg.num_stages} stages, batch {cfg.batch_size}",
+        )
 
     path = write_results(
         "pipeline",

@@ -83,3 +83,18 @@ def write_results(
         fig.savefig(out_dir / f"{stem}.png", dpi=100)
         plt.close(fig)
     return path
+
+
+def plot_measured_against_ideal(
+    ax: Any, rows: Sequence[dict[str, Any]], labels: Sequence[str], *, ideal_label: str, title: str
+) -> None:
+    """Each row's measured samples/s as a bar, its `ideal_samples_per_s` (if any) as an outline
+    around it."""
+    ax.barh(labels, [r["samples_per_s"] for r in rows], color="tab:blue", label="measured")
+    ideal = [r.get("ideal_samples_per_s") or 0 for r in rows]
+    ax.barh(labels, ideal, fill=False, edgecolor="tab:red", label=ideal_label)
+    ax.invert_yaxis()
+    ax.tick_params(axis="y", labelsize=6)
+    ax.set_xlabel("samples/s")
+    ax.set_title(title)
+    ax.legend(fontsize=7)

@@ -74,8 +74,8 @@ class Scenario:
     """Independent routers per stage, the trainers dealt among them round robin. A real trainer
     routes alone, on the queue lengths its own replies told it, and so, up to this many, does a
     simulated one; beyond, trainers share routers, which keeps thousands of peers fast. One router
-    for all trainers balanced the stages as no real swarm does: swarm-ref's twin made 1.26x its real
-    run, 0.88x with a router per trainer (docs/benchmarks.md, issue 14)."""
+    for all trainers balanced the stages as no real swarm does: swarm-ref's twin made 1.24-1.26x its
+    real run, 0.88x with a router per trainer (docs/benchmarks.md, issue 14)."""
     kinds: tuple[PeerKind, ...] = field(default=())
     """The initial peers' kinds, overriding draws from `mix` (tests and small validations)."""
     non_trainers: tuple[int, ...] = ()
