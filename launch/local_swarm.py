@@ -251,6 +251,13 @@ class LocalSwarm:
         response.raise_for_status()
         return response.json()
 
+    def _last_events(self, run_id: int, count: int = 20) -> str:
+        try:
+            events = self.events(run_id)[-count:]
+        except httpx.HTTPError as exc:
+            return f"(the coordinator did not answer: {exc})"
+        return "\n".join(f"{e['created_at']} {e['kind']}: {e['message']}" for e in events)
+
     def logs(self) -> str:
         """The coordinator's log without request lines, and each peer's tail: for failure messages."""
         lines = (self.workdir / "coordinator.log").read_text(errors="replace").splitlines()
@@ -285,7 +292,8 @@ class LocalSwarm:
                 return steps
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"{len(steps)} of {count} steps after {timeout_s:.0f}s; logs in {self.workdir}"
+                    f"{len(steps)} of {count} steps after {timeout_s:.0f}s\n{self.logs()}\n"
+                    f"--- the run's last events ---\n{self._last_events(run_id)}"
                 )
             if self.peers and not any(p.alive() for p in self.peers):
                 tail = "\n".join(p.log()[-2000:] for p in self.peers)

@@ -254,6 +254,7 @@ class RunMachine(Verification):
             if failed is not None and member.stage is not None and now - failed >= STAGE_RETRY_S:
                 self._assign(member, member.stage, "loading its stage failed; trying again", now)
         self._seat_benched(now)
+        self._reprobe(now)
         self._maybe_barrier(now)
         self._maybe_rebalance(now)
         self._check_health(now)

@@ -22,6 +22,7 @@ from server.policies.rebalance import (
     inbound_link_rates,
 )
 from server.policies.rejoin_backoff import Evictions, record_eviction, serves_again_at
+from server.policies.reprobe import reprobe_after_s
 from server.policies.stage_choice import choose_stage
 from server.policies.step_book import StepBook
 from server.swarm import decisions as do
@@ -84,6 +85,19 @@ class Benched:
     requested: int | None
 
 
+@dataclass(kw_only=True)
+class Unreached:
+    """A member whose data plane the coordinator could not reach (it trains only), probed again at
+    `reprobe_at` (`policies.reprobe`) and seated, by the stage it joined with or asked for, once a
+    probe reaches it."""
+
+    failed_probes: int
+    reprobe_at: float
+    probing: bool = False
+    stage: int | None
+    requested: int | None
+
+
 class Membership(StepCycle):
     def __init__(
         self,
@@ -112,6 +126,8 @@ class Membership(StepCycle):
         self.benched: dict[int, Benched] = {}
         """Peer id -> the member waiting out its `evictions` before it is seated: only these are
         looked at each tick, not every member."""
+        self.unreached: dict[int, Unreached] = {}
+        """Peer id -> the member the coordinator could not reach, to be probed again."""
 
     def _join(self, event: on.PeerJoined) -> None:
         old = self.members.get(event.peer_id)
@@ -143,14 +159,44 @@ class Membership(StepCycle):
         self._send(member, RunStatusChanged(status=self.status))
         # A wait left by an earlier channel ends with it: this join decides afresh.
         self.benched.pop(member.peer_id, None)
+        self.unreached.pop(member.peer_id, None)
         back_at = serves_again_at(self.evictions.get(member.peer_id))
         if back_at > event.now:
             self.benched[member.peer_id] = Benched(
                 until=back_at, stage=event.stage, requested=event.requested_stage
             )
+        if event.probe_problem is not None:
+            self.unreached[member.peer_id] = Unreached(
+                failed_probes=1,
+                reprobe_at=event.now + reprobe_after_s(1),
+                stage=event.stage,
+                requested=event.requested_stage,
+            )
         if not self._reachability(member, event.probe_problem, benched_s=back_at - event.now):
             return
         self._seat(member, event.stage, event.requested_stage, event.now)
+
+    def _reprobe(self, now: float) -> None:
+        """Dial again the members the coordinator could not reach whose time has come."""
+        for peer_id, unreached in self.unreached.items():
+            member = self.members.get(peer_id)
+            if member is not None and not unreached.probing and now >= unreached.reprobe_at:
+                unreached.probing = True
+                self._out.append(do.ProbePeer(peer_id=peer_id, address=member.address))
+
+    def _reprobed(self, member: Member, unreached: Unreached, result: on.ProbeResult) -> None:
+        """A member that trained only answered a probe again, or did not."""
+        if result.problem is not None:
+            unreached.failed_probes += 1
+            unreached.reprobe_at = result.now + reprobe_after_s(unreached.failed_probes)
+            unreached.probing = False
+            return
+        del self.unreached[member.peer_id]
+        bench = self.benched.get(member.peer_id)
+        benched_s = bench.until - result.now if bench is not None else 0.0
+        if self._reachability(member, None, benched_s=benched_s):
+            self.benched.pop(member.peer_id, None)
+            self._seat(member, unreached.stage, unreached.requested, result.now)
 
     def _seat_benched(self, now: float) -> None:
         """Seat the members whose wait after an eviction (`policies.rejoin_backoff`) is over."""
@@ -158,7 +204,7 @@ class Membership(StepCycle):
             member = self.members.get(peer_id)
             if member is None:
                 del self.benched[peer_id]
-            elif now >= bench.until:
+            elif now >= bench.until and member.reachable:
                 del self.benched[peer_id]
                 self._seat(member, bench.stage, bench.requested, now)
 
@@ -272,6 +318,7 @@ class Membership(StepCycle):
         again without it, unless the round already completed (the others apply the sum they agreed
         on) and the peer is not `distrusted` (removed as faulty: nothing of it is kept)."""
         del self.members[member.peer_id]
+        self.unreached.pop(member.peer_id, None)
         self._unplace(member)
         self.stage_load = None
         if member.rounds_held_up:
@@ -397,6 +444,10 @@ class Membership(StepCycle):
     def _probed(self, result: on.ProbeResult) -> None:
         target = self.members.get(result.peer_id)
         if target is None:
+            return
+        unreached = self.unreached.get(target.peer_id)
+        if unreached is not None:
+            self._reprobed(target, unreached, result)
             return
         if result.problem is None:
             self.blame.cleared(target.peer_id)

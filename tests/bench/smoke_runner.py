@@ -30,5 +30,5 @@ def run_smoke(module: str, out: Path, *extra: str, timeout_s: float) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
-        pytest.fail(f"{module} --smoke ran past {timeout_s:.0f} s:\n{stdout[-3000:]}\n{stderr[-3000:]}")
-    assert process.returncode == 0, f"{module} --smoke failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+        pytest.fail(f"{module} --smoke ran past {timeout_s:.0f} s:\n{stdout[-3000:]}\n{stderr[-12000:]}")
+    assert process.returncode == 0, f"{module} --smoke failed:\n{stdout[-3000:]}\n{stderr[-12000:]}"

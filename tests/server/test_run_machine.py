@@ -10,6 +10,7 @@ from server.policies.averaging import push_allowance_s
 from server.policies.grant_pacing import outstanding_cap
 from server.policies.join_hold import JOIN_HOLD_S
 from server.policies.rejoin_backoff import FIRST_WAIT_S
+from server.policies.reprobe import REPROBE_FIRST_S, REPROBE_MAX_S, reprobe_after_s
 from server.policies.step_book import StepBook
 from server.swarm import decisions as do
 from server.swarm import inputs as on
@@ -514,6 +515,56 @@ def test_a_member_the_coordinator_cannot_reach_is_never_probed():
     assert 3 in swarm.machine.members
     out = silent_for(swarm, 3, 2)
     assert [d.peer_id for d in of(out, do.RecordDeparture)] == [3]
+
+
+def test_a_member_the_coordinator_could_not_reach_is_probed_again_and_seated_once_it_answers():
+    swarm = new_swarm()
+    swarm.join(1, probe_problem="no answer within 5s")
+    swarm.join(2)  # stage 0: peer 1 trains only
+    assert swarm.machine.members[1].stage is None
+    failures = 0
+    probed_at = []
+    for _ in range(round(REPROBE_FIRST_S * 7)):
+        swarm.now += 1.0
+        for peer in (1, 2):
+            swarm.say(peer, Heartbeat(throughput=10.0, queue_length=0, samples_done=0))
+        for probe in of(swarm.feed(on.Tick(now=swarm.now)), do.ProbePeer):
+            assert probe.peer_id == 1
+            probed_at.append(swarm.now)
+            failures += 1
+            out = swarm.feed(on.ProbeResult(now=swarm.now, peer_id=1, problem="ConnectionRefusedError"))
+            assert out == []  # told once that its port is closed, not at every probe
+    # Probed again after 15 s, 30 s and 60 s, not once a tick.
+    assert [t - probed_at[0] for t in probed_at] == [0.0, 30.0, 90.0]
+    assert failures == 3
+    assert swarm.machine.members[1].stage is None
+    while not (of(swarm.feed(on.Tick(now=swarm.now)), do.ProbePeer)):
+        swarm.now += 1.0
+    out = swarm.feed(on.ProbeResult(now=swarm.now, peer_id=1, problem=None))
+    (notice,) = sent(out, 1, Reachability)
+    assert notice.reachable
+    (assign,) = of(out, do.AssignStage)
+    assert (assign.peer_id, assign.stage) == (1, 1)
+    assert of(swarm.feed(on.Tick(now=swarm.now + REPROBE_MAX_S)), do.ProbePeer) == []
+
+
+@pytest.mark.parametrize(
+    ("failed_probes", "wait_s"),
+    [
+        (1, REPROBE_FIRST_S),
+        (2, 2 * REPROBE_FIRST_S),
+        (3, 4 * REPROBE_FIRST_S),
+        (10, REPROBE_MAX_S),
+        (10**6, REPROBE_MAX_S),
+    ],
+)
+def test_reprobes_back_off_to_a_ceiling(failed_probes, wait_s):
+    assert reprobe_after_s(failed_probes) == wait_s
+
+
+def test_reprobes_count_failed_probes():
+    with pytest.raises(ValueError, match="failed probe"):
+        reprobe_after_s(0)
 
 
 def working_swarm(members: int) -> Swarm:
