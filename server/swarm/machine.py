@@ -124,10 +124,17 @@ class RunMachine(Verification):
                 self._send(member, self._grant(member, now))
             case MicrobatchDone():
                 if self._owns_grant(member, message.step, message.microbatch_id, now):
+                    last = self.spec.num_stages - 1
                     for call in message.served:
                         server = self.members.get(call.peer_id)
                         if server is not None and server is not member:
-                            server.observe(member.peer_id, call.samples / call.seconds)
+                            server.observe(
+                                member.peer_id,
+                                call.samples,
+                                call.seconds,
+                                calls_per_sample=1 if server.stage == last else 2,
+                                now=now,
+                            )
                     self.watch.progressed(now)
                     book.complete(
                         message.microbatch_id,

@@ -15,8 +15,31 @@ CLAIM_SLACK = 8.0
 """A claim may exceed the trainers' timings by this factor; a claim far above what the peer serves
 is capped to it. A timing includes the network and the queue the call waited in, and trainers keep
 several calls queued at every peer (`peer/concurrency.py`), so the figure taken is the quickest
-tenth of the timings (`OBSERVED_QUANTILE`): the least queued, nearest the peer's own rate."""
+tenth of the timings (`OBSERVED_QUANTILE`): the least queued, nearest the peer's own rate.
+
+At a bottleneck stage even the quickest calls wait behind a dozen others, and an honest peer's claim
+was capped to a fraction of its rate: in an emulated 3-stage run the last stage's fast peer claimed
+5.7 samples/s, trainers timed its calls at 0.34-0.42, and it counted at 2.7. Its stage looked the
+weakest, a peer was moved there, the next bottleneck's queues capped its peers in turn, and a peer
+was moved back. A busy peer's pace is what it got through over time, however long each call waited:
+so the figure taken is the larger of the quickest timings and the work the timed calls did over the
+span in which trainers reported them (`Member.served_pace`). A peer that serves less than it claims
+is capped by both."""
 OBSERVED_QUANTILE = 0.9
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One stage call of this peer as a trainer reported it."""
+
+    trainer: int
+    samples_per_s: float
+    """The call's samples over the seconds the trainer waited for it."""
+    work: float
+    """Samples of forward and backward compute the call stood for: its samples, or half of them for
+    a call of a stage that serves a sample in two calls (a forward, then a backward)."""
+    at: float
+    """When the trainer's report came in (the machine's clock)."""
 
 
 @dataclass(kw_only=True)
@@ -63,8 +86,8 @@ class Member:
     """When it was last granted a microbatch: only an active trainer has reason to call stage peers."""
     offered_sources: frozenset[int] = frozenset()
     """Peers it was told to copy its stage from, the last time it was assigned one."""
-    observed: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=OBSERVATIONS_KEPT))
-    """(trainer, samples per second) of its recent calls as trainers timed them."""
+    observed: deque[Timing] = field(default_factory=lambda: deque(maxlen=OBSERVATIONS_KEPT))
+    """Its recent calls as trainers timed them."""
     trusted: bool = False
     """The owner's own peer (verifier token): preferred as referee, and brought to a stage of two whose
     peers disagree."""
@@ -92,8 +115,26 @@ class Member:
         self.rate = RateEstimate()
         self.rate_samples_done = self.samples_done
 
-    def observe(self, trainer: int, samples_per_s: float) -> None:
-        self.observed.append((trainer, samples_per_s))
+    def observe(
+        self, trainer: int, samples: int, seconds: float, *, calls_per_sample: int, now: float
+    ) -> None:
+        """A call of `samples` samples that `trainer` waited `seconds` for, reported at `now`; the
+        peer's stage serves a sample in `calls_per_sample` calls."""
+        self.observed.append(
+            Timing(trainer=trainer, samples_per_s=samples / seconds, work=samples / calls_per_sample, at=now)
+        )
+
+    @property
+    def served_pace(self) -> float:
+        """Samples/s of compute the timed calls add up to over the span they were reported in (the
+        first report opens the span, its work is before it): at least the pace of a peer kept busy,
+        however long each call queued. 0 over no span."""
+        if len(self.observed) < 2:
+            return 0.0
+        span = self.observed[-1].at - self.observed[0].at
+        if span <= 0.0:
+            return 0.0
+        return (sum(t.work for t in self.observed) - self.observed[0].work) / span
 
     @property
     def effective_throughput(self) -> float:
@@ -101,10 +142,10 @@ class Member:
         capped by what trainers saw it serve once several have timed it. A high quantile of their
         timings resists a lying trainer (talking a peer down takes most of the timings); the slack
         covers the network and queueing in a timing."""
-        if len(self.observed) < MIN_OBSERVATIONS or len({trainer for trainer, _ in self.observed}) < 2:
+        if len(self.observed) < MIN_OBSERVATIONS or len({t.trainer for t in self.observed}) < 2:
             return self.throughput
-        rates = sorted(rate for _, rate in self.observed)
-        served = rates[int(OBSERVED_QUANTILE * (len(rates) - 1))]
+        rates = sorted(t.samples_per_s for t in self.observed)
+        served = max(rates[int(OBSERVED_QUANTILE * (len(rates) - 1))], self.served_pace)
         return min(self.throughput, CLAIM_SLACK * served)
 
     def endpoint(self) -> PeerEndpoint:

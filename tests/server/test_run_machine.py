@@ -1179,6 +1179,38 @@ def test_an_honest_peer_whose_calls_wait_in_its_queue_keeps_its_claim():
     assert swarm.machine.members[1].effective_throughput == 4.0
 
 
+def test_a_busy_peer_at_a_bottleneck_keeps_its_claim_however_long_its_calls_queue():
+    """Every call waits behind 15 others, so even the quickest timing is 1/16 of the peer's pace and
+    the quickest-tenth rule alone capped it to 8/16 of its claim; the calls it got through over time
+    are its pace."""
+    swarm = new_swarm(target=1000)
+    for peer_id in (1, 2, 3):
+        swarm.join(peer_id, throughput=4.0)
+        swarm.ready(peer_id)
+    assert swarm.machine.members[1].stage == 0  # of 2 stages: a sample is a forward and a backward call
+    # 4 samples a call at 4 samples/s, a forward and a backward: a call every 0.5 s, each waited 8 s.
+    for call in range(16):
+        swarm.now += 0.5
+        served_by(swarm, 2 if call % 2 else 3, 1, seconds=8.0)
+    peer = swarm.machine.members[1]
+    assert peer.served_pace == pytest.approx(4.0)
+    assert peer.effective_throughput == 4.0
+
+
+def test_a_peer_that_serves_at_a_fraction_of_its_claim_is_capped_by_its_pace_too():
+    swarm = new_swarm(target=1000)
+    for peer_id in (1, 2, 3):
+        swarm.join(peer_id, throughput=1e6 if peer_id == 1 else 4.0)
+        swarm.ready(peer_id)
+    # Kept busy by queued calls, it gets through 4 samples (two calls' worth of work) every 2 s.
+    for call in range(16):
+        swarm.now += 1.0
+        served_by(swarm, 2 if call % 2 else 3, 1, seconds=10.0)
+    peer = swarm.machine.members[1]
+    assert peer.served_pace == pytest.approx(2.0)
+    assert peer.effective_throughput == pytest.approx(CLAIM_SLACK * 2.0)
+
+
 def test_one_trainer_alone_cannot_talk_a_peer_down():
     swarm = new_swarm(target=1000)
     for peer_id in (1, 2, 3):
