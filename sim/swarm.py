@@ -19,12 +19,18 @@ samples lost, as `StepCycle._expire_rounds` does. A peer dies silently: its call
 time out, and the coordinator forgets it when its probe after a few missed heartbeats goes
 unanswered (`server/policies/silence.py`), or at the heartbeat timeout.
 
+The swarm view is real too: refreshed as `StepCycle` sends it (at most every `VIEW_GAP_S` while
+peers come and go, every `SWARM_VIEW_REFRESH_S` regardless, at once after a rebalancing decision), it
+lists a stage of more than `PEERS_PER_STAGE` peers to each group of trainers as a window of the
+stage's order (`server/policies/view_sample.py`), and a router routes among its window's peers only.
+
 Simplifications, for speed: trainers share `Scenario.routers` routers per stage round robin (each
 real trainer routes alone, on its own stale view of the peers' queues; at thousands of trainers
-their routers are grouped); heartbeat readings are taken every
-`READING_S` rather than every second; verification (spot checks, blame, arbitration) is left out;
-a trainer slot refused while grants are paced is granted as soon as a microbatch finishes (a real
-one asks again within `NO_WORK_POLL_S`).
+their routers are grouped); a router takes in a view that changed its window when it next routes,
+and its peers' rates at each periodic refresh (`SwarmSim._router`); heartbeat readings are taken
+every `READING_S` rather than every second; verification (spot checks, blame, arbitration) is left
+out; a trainer slot refused while grants are paced is granted as soon as a microbatch finishes (a
+real one asks again within `NO_WORK_POLL_S`).
 """
 
 from __future__ import annotations
@@ -49,9 +55,10 @@ from server.policies.round_timing import RoundTimes
 from server.policies.silence import Silence, silence, suspect_after_s
 from server.policies.stage_choice import choose_stage
 from server.policies.step_book import Grant, StepBook
-from server.policies.view_sample import PEERS_PER_STAGE
+from server.policies.view_sample import PEERS_PER_STAGE, VIEW_GROUPS, deal_stage, view_groups, view_sample
 from server.swarm.machine import SWARM_VIEW_REFRESH_S
 from server.swarm.membership import REBALANCE_INTERVAL_S, STAGE_LOAD_REFRESH_S, STATE_SOURCES
+from server.swarm.step_cycle import VIEW_GAP_S
 from sim.averaging import Pusher, RoundOutcome, all_to_all_round, butterfly_round
 from sim.devices import PeerKind, stage_rate
 from sim.events import EventQueue
@@ -145,6 +152,8 @@ class _Peer:
     counted: float = 0.0
     """Its share of `SwarmSim.stage_claims` while ready (`SwarmSim._serves`)."""
     linked: bool = False
+    link_reading: tuple[int, float] | None = None
+    """(stage, `SwarmSim._link_reading` there): the same on a stage until it moves."""
     rounds_held_up: int = 0
     """`Member.rounds_held_up`: averaging rounds in which others gave up waiting for its contribution."""
     trainer: bool = True
@@ -179,6 +188,23 @@ class SwarmSim:
         """Router group -> stage -> that group's router (`_router`)."""
         self.view: list[set[int]] = [set() for _ in range(self.S)]
         """Ready peers per stage: what the coordinator's SwarmView lists, and trainers route to."""
+        self.views_sent = 0
+        self.view_sent = -math.inf
+        self.view_due = False
+        self.view_groups = 1
+        """`view_sample.view_groups` of the latest refresh."""
+        self.view_changes = [0] * self.S
+        """Per stage, changes to its ready peers so far."""
+        self.decks: list[tuple[int, ...]] = [() for _ in range(self.S)]
+        """Each stage's deck as the latest refresh dealt it (`view_sample.deal_stage`)."""
+        self.dealt: list[tuple[int, int] | None] = [None] * self.S
+        """Each stage's (`view_changes`, turn) its deck was dealt at: dealt again only when either
+        changed."""
+        self.view_epoch = 0
+        """Periodic refreshes so far: routers read their peers' rates again at each."""
+        self.router_views: list[list[object]] = [[None] * self.S for _ in range(sc.routers)]
+        """Router group -> stage -> the deal, view groups and epoch its router last took its peers at
+        (None: never, or one of them left since)."""
         self.placed_count = [0] * self.S
         self.stage_claims = [0.0] * self.S
         """Sum of the ready peers' rates per stage, claims capped by their links (`_serves`), what
@@ -386,7 +412,7 @@ class SwarmSim:
         else:
             self._maybe_barrier()
             self._maybe_rebalance()
-        self._send_view()
+        self._view_changed()
 
     # ---- stage assignment -----------------------------------------------------------------------
 
@@ -406,7 +432,10 @@ class SwarmSim:
             peer.ready = False
             self.stage_claims[peer.stage] -= peer.counted
             self.view[peer.stage].discard(p)
-            self._refresh_router(peer.stage)
+            self.view_changes[peer.stage] += 1
+            # Trainers drop a departed peer at once (its connections close), whatever view they hold.
+            for views in self.router_views:
+                views[peer.stage] = None
         peer.accumulated = []
         for mb in peer.calls:
             mb.deadline = self.now
@@ -468,29 +497,64 @@ class SwarmSim:
         peer.copies_behind = 0
         peer.claim = peer.kind.flops / self.model.flops[peer.stage] * self._noise()
         self.view[peer.stage].add(p)
+        self.view_changes[peer.stage] += 1
         peer.counted = self._serves(p)
         self.stage_claims[peer.stage] += peer.counted
-        self._refresh_router(peer.stage)
-        self._send_view()
+        self._view_changed()
         self._pump()
         self._maybe_barrier()
         self._maybe_rebalance()
 
-    def _refresh_router(self, stage: int) -> None:
-        ready = self.view[stage]
-        peers = self.peers
-        throughputs = {q: peers[q].claim for q in ready}
-        links = {q: link for q in ready if (link := self._link_reading(q)) is not None}
-        for group in self.routers:
-            # Queue lengths come from the peers' replies (`observe_queue`), as the trainer takes them.
-            group[stage].update_peers(throughputs)
-            group[stage].update_links(links)
-
     def _router(self, mb: _Microbatch) -> StageRouter:
-        """The router of `mb`'s trainer at its stage."""
-        return self.routers[mb.trainer % len(self.routers)][mb.stage]
+        """The router of `mb`'s trainer at its stage, holding the peers its group's window of the
+        latest view lists. A real trainer takes in every view as it arrives; the simulated one takes
+        in a view that changed its window when it next routes, and its peers' rates again at each
+        periodic refresh (`SWARM_VIEW_REFRESH_S`), not at every view of a swarm that comes and goes."""
+        group, stage = mb.trainer % len(self.routers), mb.stage
+        router = self.routers[group][stage]
+        seen = (self.dealt[stage], self.view_groups, self.view_epoch)
+        if self.router_views[group][stage] != seen:
+            self.router_views[group][stage] = seen
+            peers = self.peers
+            listed = [q for q in self._window(group, stage) if q in self.view[stage]]
+            # Queue lengths come from the peers' replies (`observe_queue`), as the trainer takes them.
+            router.update_peers({q: peers[q].claim for q in listed})
+            router.update_links({q: link for q in listed if (link := self._link_reading(q)) is not None})
+        return router
+
+    def _window(self, group: int, stage: int) -> list[int]:
+        """The peers of `stage` the latest view lists to router `group`'s trainers: the stage whole
+        up to `PEERS_PER_STAGE`, else a window of its deck (`view_sample`). With more view groups
+        than routers, a router takes the windows of every group it stands for (g, g + routers, ...),
+        so that every window, and so every peer, is routed to by someone, as in a real swarm."""
+        deck, groups = self.decks[stage], self.view_groups
+        taken = range(group % groups, groups, len(self.routers))
+        return list(dict.fromkeys(q for g in taken for q in view_sample([deck], g, groups)))
+
+    def _view_changed(self) -> None:
+        """`StepCycle._view_changed`: a view now, or `VIEW_GAP_S` after the last."""
+        if self.now - self.view_sent >= VIEW_GAP_S:
+            self._send_view()
+        elif not self.view_due:
+            self.view_due = True
+            self.events.at(self.view_sent + VIEW_GAP_S, self._send_due_view)
+
+    def _send_due_view(self, _a: object, _b: object) -> None:
+        if self.view_due:
+            self._send_view()
 
     def _send_view(self) -> None:
+        self.view_sent = self.now
+        self.view_due = False
+        self.views_sent += 1
+        self.view_groups = view_groups(self.view)
+        for stage, ready in enumerate(self.view):
+            # Only a stage past what the view groups' windows cover is turned at each refresh.
+            turn = self.views_sent if len(ready) > VIEW_GROUPS * PEERS_PER_STAGE else 0
+            dealt = (self.view_changes[stage], turn)
+            if self.dealt[stage] != dealt:
+                self.dealt[stage] = dealt
+                self.decks[stage] = deal_stage(sorted(ready), self.sc.seed, stage, turn)
         # Every member is listed each stage's ready peers whole up to `PEERS_PER_STAGE`, else a sample
         # of that many (`server/policies/view_sample.py`).
         listed = sum(min(len(v), PEERS_PER_STAGE) for v in self.view)
@@ -800,9 +864,13 @@ class SwarmSim:
         peer = self.peers[p]
         if not peer.linked or peer.stage < 0:
             return None
+        if peer.link_reading is not None and peer.link_reading[0] == peer.stage:
+            return peer.link_reading[1]
         out = sum(self.model.reply_bytes[peer.stage])
         into = max(0.0, self.model.bytes_per_sample[peer.stage] - out)
-        return (into + out) / (into / peer.kind.bandwidth + out / peer.kind.upload)
+        reading = (into + out) / (into / peer.kind.bandwidth + out / peer.kind.upload)
+        peer.link_reading = (peer.stage, reading)
+        return reading
 
     def _expired(self, stage: int, attempt_outcome: tuple[int, RoundOutcome]) -> None:
         """`StepCycle._expire_rounds` at the round's deadline: the members that had everything report,
@@ -991,8 +1059,7 @@ class SwarmSim:
         if step % round(READING_S / TICK_S) == 0:
             self._take_readings()
         if step % round(SWARM_VIEW_REFRESH_S / TICK_S) == 0:
-            for s in range(self.S):
-                self._refresh_router(s)
+            self.view_epoch += 1
             self._send_view()
             self._retarget()
         if now - self._interval_start >= self.sc.sample_every_s - 1e-9:

@@ -11,23 +11,33 @@ its rate as well would be sent calls in proportion to its rate squared (a peer f
 as another would get sixteen times its calls, not four). Listed uniformly, each peer's share of
 the calls is its share of the stage's rate, as with the whole view.
 
-Each stage's peers are shuffled once per view refresh (`deal_stages`, seeded by the refresh). The
-members are split into a few groups (`view_groups`, at most `VIEW_GROUPS`; a member's group is its
-id modulo their number), and each group is dealt one window of up to `PEERS_PER_STAGE` consecutive
-peers of each shuffle, the groups' windows evenly spaced around it (`view_sample`), so that every
-peer is in as many windows as any other. A refresh builds and sends a few views, not one per
+Each stage's peers are put in an order of the run's own (`deal_stage`: ranked by a hash of the
+run's seed, the stage and the peer). The members are split into a few groups (`view_groups`, at most
+`VIEW_GROUPS`; a member's group is its id modulo their number), and each group is dealt one window
+of up to `PEERS_PER_STAGE` consecutive peers of each stage's order, the groups' windows evenly
+spaced around it (`view_sample`), so that every peer is in as many windows as any other.
+
+The order stays from one refresh to the next, so a stage whose peers did not change is dealt the
+same windows, and a peer that comes or goes shifts each window by a peer or two (unless it takes the
+largest stage across a multiple of `PEERS_PER_STAGE / LISTINGS` peers, which changes the number of
+groups and shifts the windows by up to a cell). A trainer's router
+keeps what it learnt of the peers it is listed: their queues, the rates of its links to them, their
+bans. Shuffled afresh at every refresh (as it was), a simulated swarm of 10,000 peers in 32 stages
+reshuffled every 0.5 s while peers came and went, and every router met a new window each time:
+new peers entered at the least finish time, with no queue or link reading and no ban. Only past
+what `VIEW_GROUPS` windows cover is the order turned at each refresh (`refresh`), so that each
+refresh lists other peers there. A refresh builds and sends a few views, not one per
 member: the coordinator serialises about `LISTINGS` x the swarm's endpoints, however many members
 share them. A member is not put in its own window (that made every member's view its own): the
 coordinator tells a ready member that its sample leaves it out (`SwarmView.omits_recipient`), and
 its trainer counts itself in (`peer/trainer.py`), as it serves its own stage's calls in process.
-Pure: no I/O; the same seed gives the same samples.
+Pure: no I/O; the same seed (and refresh) gives the same samples.
 """
 
 from __future__ import annotations
 
 import math
-import random
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 
 PEERS_PER_STAGE = 32
 """A stage's peers listed to one member. Each peer of a larger stage is listed to about
@@ -59,19 +69,38 @@ refresh is the groups x a view's size: 313 views of 4 stages (10,000 peers: 2,50
 to 10 million (32)."""
 
 
-def deal_stages(stages: Sequence[Sequence[int]], seed: int) -> list[tuple[int, ...]]:
-    """Each stage's ready peers (ids) in the order groups' windows are dealt from: as given for a
-    stage listed whole, shuffled by `seed` (and the stage's index) for a larger one."""
-    decks: list[tuple[int, ...]] = []
-    for index, peers in enumerate(stages):
-        order = list(peers)
-        if len(order) > PEERS_PER_STAGE:
-            random.Random(seed * 64 + index).shuffle(order)
-        decks.append(tuple(order))
-    return decks
+def deal_stages(stages: Sequence[Sequence[int]], seed: int, refresh: int = 0) -> list[tuple[int, ...]]:
+    """Each stage's ready peers (ids) in the order groups' windows are dealt from (`deal_stage`)."""
+    return [deal_stage(peers, seed, index, refresh) for index, peers in enumerate(stages)]
 
 
-def view_groups(decks: Sequence[tuple[int, ...]]) -> int:
+def deal_stage(peers: Sequence[int], seed: int, index: int, refresh: int = 0) -> tuple[int, ...]:
+    """Stage `index`'s deck: its peers as given if it is listed whole, else ranked by `_rank` (the
+    run's `seed`, the stage, the peer), and past what `VIEW_GROUPS` windows cover turned by
+    `PEERS_PER_STAGE` at each `refresh`."""
+    if len(peers) <= PEERS_PER_STAGE:
+        return tuple(peers)
+    order = sorted(peers, key=lambda peer: _rank(seed, index, peer))
+    if len(order) > VIEW_GROUPS * PEERS_PER_STAGE:
+        # Each group's window is the first `PEERS_PER_STAGE` of its cell: the next refresh, the next.
+        turn = refresh * PEERS_PER_STAGE % len(order)
+        order = order[turn:] + order[:turn]
+    return tuple(order)
+
+
+_MASK = (1 << 64) - 1
+
+
+def _rank(seed: int, stage: int, peer: int) -> int:
+    """A peer's place in its stage's order: splitmix64 of the three, so neighbours in id are spread
+    apart, and the same three give the same place wherever it is computed."""
+    x = (seed * 0x9E3779B97F4A7C15 + stage * 0xD1B54A32D192ED03 + peer) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def view_groups(decks: Sequence[Sized]) -> int:
     """How many groups (distinct samples) this refresh deals: 1 while every stage is listed whole
     (one broadcast), else enough for `LISTINGS` windows on each peer of the largest stage, up to
     `VIEW_GROUPS`."""

@@ -9,6 +9,7 @@ whenever one exists: a failed load is retried, never replaced by a fresh initial
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from server.policies.averaging import pushing_rate
@@ -115,6 +116,7 @@ class Membership(StepCycle):
             spec=spec, status=status, book=book, settings=settings, last_apply=last_apply, now=now
         )
         self.data_key = data_key
+        self.view_seed = int.from_bytes(hashlib.blake2b(data_key.encode(), digest_size=8).digest(), "big")
         self.rebalance = rebalance
         self.last_decision = -1e9
         """When rebalancing was last decided (whether or not it moved a peer)."""

@@ -132,7 +132,9 @@ class StepCycle:
         self.view_due = False
         """The swarm changed since the last view, which went out less than `VIEW_GAP_S` before."""
         self.views_sent = 0
-        """Seeds each refresh's samples (`view_sample.deal_stages`): a member sees other peers each time."""
+        """Turns the order of a stage too large for every peer to be listed (`view_sample.deal_stage`)."""
+        self.view_seed = 0
+        """Seeds the order stages' peers are dealt in (`view_sample.deal_stage`); the run's own."""
         self.grant_cap: int | None = None
         """Most microbatches outstanding at once (`grant_pacing`), as of `grant_cap_at`."""
         self.grant_cap_at = -1e9
@@ -494,7 +496,7 @@ class StepCycle:
             if m.stage is not None:
                 stages[m.stage].append(m.peer_id)
         totals = [StageTotal.of(endpoints[i] for i in ids) for ids in stages]
-        decks = deal_stages(stages, seed=self.views_sent)
+        decks = deal_stages(stages, seed=self.view_seed, refresh=self.views_sent)
         groups = view_groups(decks)
         samples = [view_sample(decks, group, groups) for group in range(groups)]
         listed = [frozenset(sample) for sample in samples]

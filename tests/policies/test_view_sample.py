@@ -126,8 +126,8 @@ def test_every_peer_of_a_large_stage_is_listed_in_as_many_groups_and_to_as_many_
 def test_past_the_cap_a_refresh_lists_each_peer_once_at_most_and_another_refresh_others() -> None:
     stage = stage_of(1, 20_000)
     seen: list[Counter[int]] = []
-    for seed in (1, 2):
-        decks = deal_stages([stage], seed=seed)
+    for refresh in (1, 2):
+        decks = deal_stages([stage], seed=7, refresh=refresh)
         seen.append(Counter(p for g in range(VIEW_GROUPS) for p in view_sample(decks, g, VIEW_GROUPS)))
     for listed in seen:
         assert len(listed) == VIEW_GROUPS * N and set(listed.values()) == {1}
@@ -144,10 +144,27 @@ def test_the_same_seed_deals_the_same_samples_and_another_seed_others() -> None:
     assert view_sample(decks, 5, groups) != first
 
 
-def test_over_refreshes_a_group_sees_the_whole_stage() -> None:
+def test_under_the_cap_every_refresh_deals_the_same_order_however_the_peers_are_listed() -> None:
     stage = stage_of(1, 200)
-    seen = {p for seed in range(1, 60) for p in view_sample(deal_stages([stage], seed=seed), 0, 13)}
-    assert seen == set(stage)
+    first = deal_stages([stage], seed=4, refresh=1)
+    assert deal_stages([stage], seed=4, refresh=2) == first
+    assert deal_stages([list(reversed(stage))], seed=4, refresh=3) == first
+
+
+@pytest.mark.parametrize(
+    ("size", "change"), [(203, "joins"), (203, "leaves"), (2_503, "joins"), (2_503, "leaves")]
+)
+def test_a_peer_that_comes_or_goes_shifts_each_window_by_a_peer_or_two(size: int, change: str) -> None:
+    """While the number of groups stays: it changes when the largest stage crosses a multiple of
+    `PEERS_PER_STAGE / LISTINGS` peers, and the windows then shift by up to a cell."""
+    stage = stage_of(1, size)
+    changed = [*stage, 999_999] if change == "joins" else stage[:17] + stage[18:]
+    decks, decks_after = deal_stages([stage], seed=8), deal_stages([changed], seed=8)
+    groups = view_groups(decks)
+    assert view_groups(decks_after) == groups
+    for group in range(groups):
+        before, after = set(view_sample(decks, group, groups)), set(view_sample(decks_after, group, groups))
+        assert len(before ^ after) <= 3
 
 
 def test_the_wire_takes_a_view_of_64_stages_at_the_bound_and_no_more() -> None:

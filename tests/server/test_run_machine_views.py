@@ -85,13 +85,26 @@ def test_a_large_swarm_sends_a_few_bounded_samples_and_the_stages_totals() -> No
     assert 0.9 * per_peer <= min(listed.values()) <= max(listed.values()) <= 1.1 * per_peer
 
 
+def listed(sends: list[do.Send]) -> dict[int, set[int]]:
+    """Member -> the peer ids its view lists."""
+    return {p: {e.peer_id for e in s.message.peers} for s in sends for p in s.peer_ids}
+
+
 @pytest.mark.parametrize("peers", [70, 100])
-def test_the_next_refresh_deals_other_samples(peers: int) -> None:
+def test_the_next_refresh_deals_the_same_samples_while_nobody_comes_or_goes(peers: int) -> None:
+    """Trainers' routers keep what they learnt of the peers they are listed (queues, links, bans)."""
     swarm = swarm_of(peers)
-    first = {p: s.message for s in refresh(swarm) for p in s.peer_ids}
-    second = {p: s.message for s in refresh(swarm) for p in s.peer_ids}
-    changed = sum(first[p] != second[p] for p in first)
-    assert changed > peers // 2
+    assert listed(refresh(swarm)) == listed(refresh(swarm))
+
+
+def test_a_departure_shifts_each_sample_by_a_peer_or_two() -> None:
+    swarm = swarm_of(100)
+    before = listed(refresh(swarm))
+    swarm.feed(on.PeerLeft(now=swarm.now, peer_id=7, state=PeerState.LEFT, reason="goodbye"))
+    after = listed(refresh(swarm))
+    assert all(7 not in ids for ids in after.values())
+    # A window's two ends move by a place each at most, and the departed peer is gone from it.
+    assert max(len(before[p] ^ after[p]) for p in after) <= 3
 
 
 def views_in(decisions: list[do.Decision]) -> list[SwarmView]:

@@ -8,12 +8,13 @@ import pytest
 
 from bench.ideal import fixed_pipeline_samples
 from server.policies.silence import suspect_after_s
+from server.policies.view_sample import PEERS_PER_STAGE
 from server.swarm.membership import REBALANCE_INTERVAL_S
 from sim.devices import DeviceMix, PeerKind, stage_rate
 from sim.fixed import pipeline_rate, restart_s, simulate_fixed
 from sim.scenario import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, HOMOGENEOUS, SCENARIOS, Scenario
 from sim.stages import StageModel
-from sim.swarm import TICK_S, SwarmSim
+from sim.swarm import TICK_S, SwarmSim, _Microbatch
 from swarmhub.presets import get_preset
 from swarmhub.probe import PROBE_TIMEOUT_S
 
@@ -277,3 +278,41 @@ def test_a_seed_replays_exactly_when_peers_die_with_calls_waiting_on_them() -> N
         second.retries,
     )
     assert [row.samples_per_s for row in first.series] == [row.samples_per_s for row in second.series]
+
+
+@pytest.mark.parametrize(
+    ("stage_size", "largest_window"),
+    [
+        (20, 20),  # listed whole, to every router
+        (100, PEERS_PER_STAGE),  # 13 view groups, fewer than the 32 routers: a window each
+        (3000, 10 * PEERS_PER_STAGE),  # 320 view groups: a router takes the windows of 10
+    ],
+)
+def test_routers_route_among_the_windows_the_swarm_view_lists_and_every_peer_is_in_one(
+    stage_size: int, largest_window: int
+) -> None:
+    sim = SwarmSim(BASE)
+    sim.view[1] = set(range(stage_size))
+    sim._send_view()
+    windows = [sim._window(group, 1) for group in range(len(sim.routers))]
+    assert max(len(w) for w in windows) <= largest_window
+    assert all(len(set(w)) == len(w) for w in windows)
+    assert set().union(*windows) == sim.view[1]
+    if stage_size <= PEERS_PER_STAGE:
+        assert all(sorted(w) == list(range(stage_size)) for w in windows)
+
+
+def test_a_router_takes_in_a_new_view_when_it_next_routes_and_drops_a_departed_peer_at_once() -> None:
+    sim = SwarmSim(BASE)
+    for p in range(4):
+        sim._join(T4, p)
+    for p in range(4):
+        sim.peers[p].ready = True
+        sim.view[sim.peers[p].stage].add(p)
+    sim._send_view()
+    stage = sim.peers[0].stage
+    mb = _Microbatch([], trainer=0, num_stages=BASE.num_stages)
+    mb.stage = stage
+    assert sim._router(mb).peers() == sorted(sim.view[stage])
+    sim._leave_stage(0)
+    assert 0 not in sim._router(mb).peers()
