@@ -1180,18 +1180,18 @@ def test_an_honest_peer_whose_calls_wait_in_its_queue_keeps_its_claim():
 
 
 def test_a_busy_peer_at_a_bottleneck_keeps_its_claim_however_long_its_calls_queue():
-    """Every call waits behind 15 others, so even the quickest timing is 1/16 of the peer's pace and
-    the quickest-tenth rule alone capped it to 8/16 of its claim; the calls it got through over time
-    are its pace."""
+    """Every call waits behind 31 others, so even the quickest timing (4 samples in 16 s) is 1/32 of
+    the peer's pace and the quickest-tenth rule alone capped it to half its claim; the calls it got
+    through over time are its pace."""
     swarm = new_swarm(target=1000)
     for peer_id in (1, 2, 3):
         swarm.join(peer_id, throughput=4.0)
         swarm.ready(peer_id)
     assert swarm.machine.members[1].stage == 0  # of 2 stages: a sample is a forward and a backward call
-    # 4 samples a call at 4 samples/s, a forward and a backward: a call every 0.5 s, each waited 8 s.
+    # 4 samples a call at 4 samples/s, a forward and a backward: a call every 0.5 s, each waited 16 s.
     for call in range(16):
         swarm.now += 0.5
-        served_by(swarm, 2 if call % 2 else 3, 1, seconds=8.0)
+        served_by(swarm, 2 if call % 2 else 3, 1, seconds=16.0)
     peer = swarm.machine.members[1]
     assert peer.served_pace == pytest.approx(4.0)
     assert peer.effective_throughput == 4.0
