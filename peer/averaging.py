@@ -36,6 +36,7 @@ from swarmhub.wire import (
     StepBarrier,
 )
 
+from .compression import get_codec
 from .frame_auth import AuthError
 from .frame_headers import ErrorReply, PushGrads
 from .frames import FrameError, Payload, assemble, assemble_call, decode_payload, encode_payload, open_reply
@@ -55,10 +56,14 @@ class Contribution:
 
 def contribution(header: PushGrads, grads: Tensor, codec: str) -> tuple[Payload, Tensor]:
     """The push payload for `grads` (encoded once, sent to every member in a frame addressed to it),
-    and `grads` as every receiver will decode it from that payload."""
+    and `grads` as every receiver will decode it from that payload: `grads` itself where the codec
+    gives back what it was given (decoding swarm-ref's 60 MB head-stage sum again only to get the same
+    bits was a tenth of a member's averaging work on the compute thread)."""
     payload = encode_payload({"grads": grads}, codec)
-    decoded = decode_payload(header.model_copy(update={"tensors": payload.metas}), b"".join(payload.blobs))
     _ = payload.digest  # hashed here, on the compute thread, not on the event loop when signing
+    if get_codec(codec).lossless:
+        return payload, grads
+    decoded = decode_payload(header.model_copy(update={"tensors": payload.metas}), b"".join(payload.blobs))
     return payload, decoded["grads"]
 
 
@@ -79,10 +84,21 @@ def sum_contributions(grads: dict[int, Tensor]) -> Tensor:
     return total
 
 
+NORM_CHUNK = 1 << 16
+"""Elements squared and summed at a time by `norm_sq`: 512 KB in float64, held in a core's cache."""
+
+
 def norm_sq(t: Tensor) -> float:
-    """Squared L2 norm, accumulated in float64 without a float64 copy of `t` (1.7x faster than one
-    for a 15 M-parameter stage)."""
-    return float(torch.linalg.vector_norm(t, dtype=torch.float64)) ** 2
+    """Squared L2 norm in float64: each chunk of `NORM_CHUNK` elements widened and dotted with itself,
+    the chunks' sums added in order. As accurate as a float64 copy of `t` (1e-14 relative for a 15 M
+    parameter stage) without one, and 8x faster than `torch.linalg.vector_norm(t, dtype=float64)`,
+    which a member ran on every contribution of a round: a fifth of swarm-ref's head-stage
+    averaging work in a profile. The same bits give the same figure, so members still agree."""
+    total = 0.0
+    for chunk in t.reshape(-1).split(NORM_CHUNK):
+        wide = chunk.double()
+        total += float(torch.dot(wide, wide))
+    return total
 
 
 def summarize(contributions: dict[int, Contribution]) -> tuple[Tensor, float, dict[int, float]]:

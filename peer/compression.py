@@ -55,6 +55,8 @@ Buffer = bytes | bytearray | memoryview
 
 class Codec(Protocol):
     name: str
+    lossless: bool
+    """Decoding what it encoded gives the same tensor, bit for bit."""
 
     def encode(self, t: Tensor) -> bytes: ...
 
@@ -89,6 +91,7 @@ class NoCompression:
     """The tensor's own bytes, in its own dtype."""
 
     name = "none"
+    lossless = True
 
     def encode(self, t: Tensor) -> bytes:
         return _raw_bytes(t)
@@ -101,6 +104,7 @@ class Float16Compression:
     """Half precision, clamped to its finite range (as hivemind does) so large values do not become Inf."""
 
     name = "float16"
+    lossless = False
     _FP16_MAX = torch.finfo(torch.float16).max
 
     def encode(self, t: Tensor) -> bytes:
@@ -125,6 +129,7 @@ class BlockwiseInt8:
     """
 
     name = "int8"
+    lossless = False
     _HEADER = struct.Struct("<QII")
 
     def __init__(self, blocksize: int = INT8_BLOCKSIZE) -> None:

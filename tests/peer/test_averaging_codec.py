@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from peer.averaging import contribution_frame, sum_contributions
+from peer.compression import get_codec
 from peer.frame_headers import PushGrads
 from peer.frames import decode_frame
 
@@ -43,6 +44,16 @@ def test_members_sum_identical_bits(codec: str) -> None:
     first = sums[MEMBERS[0]]
     for member in MEMBERS[1:]:
         assert torch.equal(sums[member], first), f"member {member} summed different bits with {codec}"
+
+
+@pytest.mark.parametrize("codec", ["none", "float16", "int8"])
+def test_a_codec_is_lossless_exactly_when_it_gives_back_the_bits_it_was_given(codec: str) -> None:
+    """A member adds its own sum as encoded only where the codec says decoding would change it."""
+    grads = torch.randn(PARAMETERS, generator=torch.Generator().manual_seed(1))
+    frame, own = contribution_frame(push_header(3), grads, codec)
+    _, received = decode_frame(frame, max_bytes=len(frame))
+    assert torch.equal(own, received["grads"])
+    assert get_codec(codec).lossless == torch.equal(received["grads"], grads)
 
 
 def test_uncompressed_sum_is_exact() -> None:
