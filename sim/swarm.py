@@ -1023,6 +1023,7 @@ class SwarmSim:
                 gradient_bytes=self._wire_gradient_bytes,
                 batch_size=self.sc.target_batch_size,
                 round_scale=self.round_times.scales(),
+                round_measured_s=self.round_times.measured_s(),
             ),
         )
         if plan is None:

@@ -20,7 +20,9 @@ Two rules, both pure, which `rebalance.choose_moves` applies when given a `StepA
   again).
 Rounds are modelled from upload readings and scaled by how long the stage's rounds were timed at
 (`round_timing`): readings taken from trainers' calls can be far from what a push gets, and a stage
-whose rounds were never timed is not left for them.
+whose rounds were never timed is not left for them. Nor is a stage whose timed rounds hid under the
+collecting, whatever the model says: the model plans the moves, the rounds as timed decide whether
+averaging is what the step waits for.
 A large stage's round is long because of K, not only because of a slow member: in the simulator's
 churn-100 swarm without deaths, the rate plan filled the head stage with 26 broadband members (for
 its compute), whose round took 28 s a step against 2 s of collecting. Moving only upload outliers
@@ -50,6 +52,10 @@ class StepAveraging:
     round_scale: Sequence[float | None] = ()
     """Per stage, its timed rounds' seconds over the modelled (`round_timing.RoundTimes.scales`);
     None or missing: never timed, the model alone sizes its rounds and nobody leaves it for them."""
+    round_measured_s: Sequence[float | None] = ()
+    """Per stage, how long its timed rounds took (`round_timing.RoundTimes.measured_s`); None or
+    missing: never timed. Members leave a stage for averaging only if its rounds took longer than
+    the step's collecting."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,11 +188,13 @@ def choose_pace_moves(
     movable: Callable[[int], bool],
     horizon_s: float,
     round_scale: Sequence[float | None] = (),
+    round_measured_s: Sequence[float | None] = (),
 ) -> PacePlan | None:
     """Moves of members off the stages whose rounds are the step's longest, or None.
 
     Only while the longest round outlasts the step's collecting (`batch_size` samples at
-    `pipeline_rate`): below that, averaging is not what the step waits for. Moves are chosen one at a
+    `pipeline_rate`), as modelled and as the stage's rounds were timed (`round_measured_s`): below
+    that, averaging is not what the step waits for. Moves are chosen one at a
     time, each off the stage whose round is longest after the moves before it (then the lowest
     index): several stages may share the longest round, and shortening one of them alone gains
     nothing. Off a stage, its measured members leave slowest upload first (then the least served,
@@ -195,8 +203,9 @@ def choose_pace_moves(
     stage keeps `STAYING_MEMBERS`. Each goes to the stage whose round it lengthens least, then the
     lowest index; its rate counts in the step through `rate_with_moves` (the pipeline's rate with
     peers on the stages given). Choosing stops at a stage with no candidate left, or at a member
-    that may not move (`movable`: an unsettled rate), or at a stage whose rounds were never timed
-    (`round_scale`, by which each stage's modelled rounds are multiplied).
+    that may not move (`movable`: an unsettled rate), or at a stage whose rounds were never timed or
+    were timed shorter than the collecting (`round_measured_s`; `round_scale` multiplies each stage's
+    modelled rounds).
 
     Of the first 1, 2, ... moves, the number with the most samples over `horizon_s` is made, if any
     beats making none: the movers serve nothing while they copy (`copy_s`), so a step shortened
@@ -234,7 +243,12 @@ def choose_pace_moves(
     now = rounds()
     longest = max(now, default=0.0)
     collect = step_s(batch_size, pipeline_rate, 0.0)
-    if longest <= 0 or longest <= collect:
+
+    def timed_past_collecting(t: int) -> bool:
+        measured = round_measured_s[t] if t < len(round_measured_s) else None
+        return measured is not None and measured > collect
+
+    if longest <= 0 or longest <= collect or not any(map(timed_past_collecting, range(num_stages))):
         return None
     before = collect + longest
     dominant = longest > DOMINANT_ROUND * collect
@@ -250,8 +264,7 @@ def choose_pace_moves(
     longest_copy = 0.0
     while len(moves) < MOST_PACE_MOVES:
         paced = max(range(num_stages), key=lambda t: (now[t], -t))
-        timed = paced < len(round_scale) and round_scale[paced] is not None
-        if gone[paced] >= leaving[paced] or not timed:
+        if gone[paced] >= leaving[paced] or not timed_past_collecting(paced):
             break
         upload, _, peer_id = measured[paced][gone[paced]]
         if not movable(peer_id):

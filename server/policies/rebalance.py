@@ -409,6 +409,7 @@ def _ease_averaging(
         movable=lambda peer_id: swarm.peers[peer_id].settled,
         horizon_s=horizon_s,
         round_scale=averaging.round_scale,
+        round_measured_s=averaging.round_measured_s,
     )
     if plan is None:
         return None

@@ -22,16 +22,26 @@ anybody, and a change of the swarm shows within a few steps."""
 
 
 class RoundTimes:
-    """Each stage's last `ROUNDS_KEPT` ratios of measured to modelled round seconds."""
+    """Each stage's last `ROUNDS_KEPT` rounds: their seconds, and the ratios of those to the modelled."""
 
     def __init__(self, num_stages: int) -> None:
         self.ratios: list[deque[float]] = [deque(maxlen=ROUNDS_KEPT) for _ in range(num_stages)]
+        self.seconds: list[deque[float]] = [deque(maxlen=ROUNDS_KEPT) for _ in range(num_stages)]
 
     def timed(self, stage: int, *, modelled_s: float, measured_s: float) -> None:
         """Book a round that completed at its first attempt. Nothing to learn from a round the
         model cannot size (no upload measured, a single member) or one that took no time."""
         if modelled_s > 0 and measured_s > 0:
             self.ratios[stage].append(measured_s / modelled_s)
+            self.seconds[stage].append(measured_s)
+
+    def measured_s(self) -> list[float | None]:
+        """Per stage, how long its timed rounds took (median of the kept rounds); None: no round of
+        the stage was timed. The scale corrects the model for the readings it was timed against; a
+        member joining with a far lower reading multiplies the model again, which the rounds
+        themselves do not follow: in a real swarm-ref run the scaled model put the head stage's round
+        at ~100 s just after its rounds took 3-7 s, and a member was moved off it for averaging."""
+        return [statistics.median(kept) if kept else None for kept in self.seconds]
 
     def scales(self) -> list[float | None]:
         """Per stage, measured / modelled round seconds (median of the kept rounds); None: no round

@@ -551,6 +551,7 @@ class Membership(StepCycle):
                 gradient_bytes=self._push_bytes(),
                 batch_size=spec.target_batch_size,
                 round_scale=self.round_times.scales(),
+                round_measured_s=self.round_times.measured_s(),
             ),
         )
         if plan is None:

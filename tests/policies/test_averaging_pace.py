@@ -106,11 +106,19 @@ def decide(
     unsettled: frozenset[int] = frozenset(),
     horizon_s: float = 30.0,
     round_scale: Sequence[float | None] | None = None,
+    round_measured_s: Sequence[float | None] | None = None,
 ) -> tuple[list[tuple[int, int]], float] | None:
     """`choose_pace_moves` with every member of stage s serving `member_rate[s]` samples/s there
     (default: 200 on a light stage, 51.2 on a heavy one, so ten members of a heavy stage serve 512),
-    and every stage's rounds timed as the model sizes them unless `round_scale` says otherwise."""
+    and every stage's rounds timed as the model sizes them unless `round_scale` says otherwise; they
+    took as long as the scaled model says unless `round_measured_s` says otherwise."""
     rates = member_rate or [51.2 if g == HEAVY else 200.0 for g in gradient_bytes]
+    scale = [1.0] * len(gradient_bytes) if round_scale is None else round_scale
+    if round_measured_s is None:
+        modelled = RoundBudget(peers, gradient_bytes, collect_s=0.0, round_scale=scale).rounds
+        round_measured_s = [
+            seconds if t < len(scale) and scale[t] is not None else None for t, seconds in enumerate(modelled)
+        ]
 
     def pipeline_rate(moved: Mapping[int, int]) -> float:
         served = [0.0] * len(gradient_bytes)
@@ -128,7 +136,8 @@ def decide(
         copy_s=lambda _peer, _stage: copy_s,
         movable=lambda peer_id: peer_id not in unsettled,
         horizon_s=horizon_s,
-        round_scale=[1.0] * len(gradient_bytes) if round_scale is None else round_scale,
+        round_scale=scale,
+        round_measured_s=round_measured_s,
     )
     return None if plan is None else ([(peer, to) for peer, _, to in plan.moves], plan.step_after_s)
 
@@ -235,6 +244,7 @@ def test_a_large_stage_of_members_as_fast_as_each_other_sheds_the_least_served()
         movable=lambda _peer: True,
         horizon_s=30.0,
         round_scale=[1.0] * 3,
+        round_measured_s=[0.1, 0.1, 28.0],
     )
     assert plan is not None
     movers = [peer for peer, _, _ in plan.moves]
@@ -303,6 +313,20 @@ def test_rounds_timed_far_shorter_than_modelled_move_nobody() -> None:
     peers = uplinks([FAST] * 3, [FAST] * 3, [BROADBAND] * 7 + [SLOW] * 3)
     assert decide(peers, [LIGHT, LIGHT, HEAVY]) is not None
     assert decide(peers, [LIGHT, LIGHT, HEAVY], round_scale=[1.0, 1.0, 1 / 30]) is None
+
+
+def test_rounds_timed_under_collecting_move_nobody_whatever_the_scaled_model_says() -> None:
+    # A real swarm-ref run (2026-12-01): the head stage's rounds took 3-7 s of 50-70 s steps, then a
+    # member joined it with a far lower reading and the scaled model put its round at ~100 s; a
+    # member was moved off it for a step "~154 s -> ~53 s". Here the model says 50 s after 8 s of
+    # collecting, and the stage's rounds were timed at 3 s.
+    peers = uplinks([FAST] * 3, [FAST] * 3, [BROADBAND] * 7 + [SLOW] * 3)
+    assert decide(peers, [LIGHT, LIGHT, HEAVY]) is not None
+    assert decide(peers, [LIGHT, LIGHT, HEAVY], round_measured_s=[0.1, 0.1, 3.0]) is None
+    # Another stage's long rounds do not open the heavy stage to moves either.
+    assert decide(peers, [LIGHT, LIGHT, HEAVY], round_measured_s=[20.0, 0.1, 3.0]) is None
+    # Timed past the collecting, the model's moves are made.
+    assert decide(peers, [LIGHT, LIGHT, HEAVY], round_measured_s=[0.1, 0.1, 9.0]) is not None
 
 
 def test_rounds_timed_longer_than_modelled_move_members_the_model_alone_would_keep() -> None:

@@ -727,7 +727,10 @@ def test_slow_uplinks_pacing_a_heavy_stage_move_to_light_ones() -> None:
         loads([200.0] * 3, [200.0] * 3, [51.2] * 10), {14: SLOW_UPLOAD, 15: SLOW_UPLOAD, 16: SLOW_UPLOAD}
     )
     averaging = StepAveraging(
-        gradient_bytes=[LIGHT_SUM, LIGHT_SUM, HEAVY_SUM], batch_size=4096, round_scale=[1.0] * 3
+        gradient_bytes=[LIGHT_SUM, LIGHT_SUM, HEAVY_SUM],
+        batch_size=4096,
+        round_scale=[1.0] * 3,
+        round_measured_s=[0.1, 0.1, 50.0],
     )
     plan = decide(peers, 3, averaging=averaging, state_bytes=[20 * MB, 20 * MB, 180 * MB])
     assert plan is not None
@@ -755,7 +758,10 @@ def test_a_large_head_stage_sheds_members_over_a_few_decisions_and_none_comes_ba
     costs = [1.0, 1.0, 2.0]
     placement = {p: 0 if p <= 10 else 1 if p <= 20 else 2 for p in range(1, 47)}
     averaging = StepAveraging(
-        gradient_bytes=[LIGHT_SUM, LIGHT_SUM, HEAVY_SUM], batch_size=4096, round_scale=[1.0] * 3
+        gradient_bytes=[LIGHT_SUM, LIGHT_SUM, HEAVY_SUM],
+        batch_size=4096,
+        round_scale=[1.0] * 3,
+        round_measured_s=[0.1, 0.1, 28.0],
     )
     unsettled: set[int] = set()
     history: list[tuple[int, int, int]] = []
