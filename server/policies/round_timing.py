@@ -37,10 +37,11 @@ class RoundTimes:
 
     def measured_s(self) -> list[float | None]:
         """Per stage, how long its timed rounds took (median of the kept rounds); None: no round of
-        the stage was timed. The scale corrects the model for the readings it was timed against; a
-        member joining with a far lower reading multiplies the model again, which the rounds
-        themselves do not follow: in a real swarm-ref run the scaled model put the head stage's round
-        at ~100 s just after its rounds took 3-7 s, and a member was moved off it for averaging."""
+        the stage was timed. The scale corrects the model for the readings it was timed against, and
+        a reading that changes (a member joining with a lower one) changes the model by itself: in a
+        real swarm-ref run the scaled model put the head stage's round at ~100 s one decision after a
+        member joined it, just after steps had averaged in 3-7 s of 60-80 s, and a member was moved
+        off it for averaging."""
         return [statistics.median(kept) if kept else None for kept in self.seconds]
 
     def scales(self) -> list[float | None]:
