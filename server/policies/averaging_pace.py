@@ -194,18 +194,17 @@ def choose_pace_moves(
 
     Only while the longest round outlasts the step's collecting (`batch_size` samples at
     `pipeline_rate`), as modelled and as the stage's rounds were timed (`round_measured_s`): below
-    that, averaging is not what the step waits for. Moves are chosen one at a
-    time, each off the stage whose round is longest after the moves before it (then the lowest
-    index): several stages may share the longest round, and shortening one of them alone gains
-    nothing. Off a stage, its measured members leave slowest upload first (then the least served,
-    then the lowest id): upload outliers (`OUTLIER_SHARE`) always, the others only while the
-    longest round dominates the step (`DOMINANT_ROUND`); at most `MOST_PACE_MOVES` in all, and each
-    stage keeps `STAYING_MEMBERS`. Each goes to the stage whose round it lengthens least, then the
-    lowest index; its rate counts in the step through `rate_with_moves` (the pipeline's rate with
-    peers on the stages given). Choosing stops at a stage with no candidate left, or at a member
-    that may not move (`movable`: an unsettled rate), or at a stage whose rounds were never timed or
-    were timed shorter than the collecting (`round_measured_s`; `round_scale` multiplies each stage's
-    modelled rounds).
+    that, averaging is not what the step waits for. Moves are chosen one at a time, each off the
+    stage whose round is longest after the moves before it (then the lowest index): several stages
+    may share the longest round, and shortening one of them alone gains nothing. Off a stage, its
+    measured members leave slowest upload first (then the least served, then the lowest id): upload
+    outliers (`OUTLIER_SHARE`) always, the others only while the longest round dominates the step
+    (`DOMINANT_ROUND`); at most `MOST_PACE_MOVES` in all, and each stage keeps `STAYING_MEMBERS`.
+    Each goes to the stage whose round it lengthens least, then the lowest index; its rate counts in
+    the step through `rate_with_moves` (the pipeline's rate with peers on the stages given). Choosing
+    stops at a stage with no candidate left, or at a member that may not move (`movable`: an
+    unsettled rate), or at a stage whose rounds were never timed or were timed shorter than the
+    collecting (`round_measured_s`; `round_scale` multiplies each stage's modelled rounds).
 
     Of the first 1, 2, ... moves, the number with the most samples over `horizon_s` is made, if any
     beats making none: the movers serve nothing while they copy (`copy_s`), so a step shortened
