@@ -316,9 +316,9 @@ def test_rounds_timed_far_shorter_than_modelled_move_nobody() -> None:
 
 
 def test_rounds_timed_under_collecting_move_nobody_whatever_the_scaled_model_says() -> None:
-    # A real swarm-ref run (2026-12-01): the head stage's rounds took 3-7 s of 50-70 s steps, then a
-    # member joined it with a far lower reading and the scaled model put its round at ~100 s; a
-    # member was moved off it for a step "~154 s -> ~53 s". Here the model says 50 s after 8 s of
+    # A real swarm-ref run (2026-12-01): steps averaged in 3-7 s of 63-80 s, then, one decision
+    # after a member joined the head, the scaled model put the head's round at ~100 s and a member
+    # was moved off it for a step "~154 s -> ~53 s". Here the model says 50 s after 8 s of
     # collecting, and the stage's rounds were timed at 3 s.
     peers = uplinks([FAST] * 3, [FAST] * 3, [BROADBAND] * 7 + [SLOW] * 3)
     assert decide(peers, [LIGHT, LIGHT, HEAVY]) is not None
