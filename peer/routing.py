@@ -101,15 +101,9 @@ class StageRouter:
                 slot.stale = False
                 if floor is not None:
                     slot.finish_time = max(slot.finish_time, floor)
-        queued = _queues_now(self._slots, samples, now)
-        candidates = [
-            (slot.finish_time + queued[peer_id] * samples / slot.throughput, self.rng.random(), peer_id)
-            for peer_id, slot in self._slots.items()
-            if slot.banned_until <= now and peer_id not in exclude
-        ]
-        if not candidates:
+        peer_id = _soonest(self._slots, samples, now, exclude, self.rng)
+        if peer_id is None:
             return None
-        _, _, peer_id = min(candidates)
         slot = self._slots[peer_id]
         slot.finish_time += _call_s(slot, samples, nbytes, self._unmeasured_link())
         return peer_id
@@ -157,30 +151,42 @@ def ban_seconds(failures: int, base_s: float, max_s: float) -> float:
     return min(max_s, base_s * 2.0**doublings)
 
 
-def _queues_now(slots: dict[int, _PeerSlot], samples: int, now: float) -> dict[int, float]:
-    """The calls each peer is taken to hold queued now, from its last reading, each delaying a call
-    of `samples` by its compute there (other trainers' transfers are on their own links).
+def _soonest(
+    slots: dict[int, _PeerSlot], samples: int, now: float, exclude: frozenset[int], rng: random.Random
+) -> int | None:
+    """The peer not banned or excluded whose call of `samples` would finish first: its finish time
+    plus the calls it is taken to hold queued now, each delaying the call by its compute there
+    (other trainers' transfers are on their own links); a random number breaks ties. None: no peer.
 
-    A reading is as old as this trainer's replies from that peer are apart, and at a loaded stage a
-    reply itself waited 12-17 s in the queue (swarm-ref's head, docs/benchmarks.md). Taken at face
-    value, a peer that answered long ago looked idle beside one that had just answered with its
-    queue, every trainer sent it its next calls on that old reading, and four equal peers were busy
-    from 43% to 91% of the same step. So a reading fades toward the mean of the stage's readings,
-    halving its difference from it with each call's compute that passes there, in which a queue
-    changes by about one call. A fresh reading still steers calls away from a backed-up peer (a
-    slow one, or one held up by its upload), which ignoring queues altogether gave up. (Weighting
-    the mean by each reading's freshness did no better; both simulated, issue 13.)"""
+    The queue is the peer's last reading, faded. A reading is as old as this trainer's replies from
+    that peer are apart, and at a loaded stage a reply itself waited 12-17 s in the queue
+    (swarm-ref's head, docs/benchmarks.md). Taken at face value, a peer that answered long ago
+    looked idle beside one that had just answered with its queue, every trainer sent it its next
+    calls on that old reading, and four equal peers were busy from 43% to 91% of the same step. So
+    a reading fades toward the mean of the stage's readings, halving its difference from it with
+    each call's compute that passes there, in which a queue changes by about one call. A fresh
+    reading still steers calls away from a backed-up peer (a slow one, or one held up by its
+    upload), which ignoring queues altogether gave up. (Weighting the mean by each reading's
+    freshness did no better; both simulated, issue 13.)
+
+    Called for every call a trainer routes, over every peer of the stage: one pass of plain
+    arithmetic. `statistics.fmean` and `max` were most of its time at 1,000 simulated peers, and a
+    pass for the queues and another for the candidates a third of the simulator's routing at 10,000.
+    """
     if not slots:
-        return {}
-    # Called for every call a trainer routes, over every peer of the stage: plain sums and
-    # comparisons, not `statistics.fmean` and `max`, which were most of its time at 1,000 peers.
+        return None
     level = sum(slot.queue_length for slot in slots.values()) / len(slots)
-    queued: dict[int, float] = {}
+    best: tuple[float, float, int] | None = None
     for peer_id, slot in slots.items():
+        if slot.banned_until > now or peer_id in exclude:
+            continue
         elapsed = now - slot.queue_read_at
         calls_since = elapsed * slot.throughput / samples if elapsed > 0.0 else 0.0
-        queued[peer_id] = level + (slot.queue_length - level) * 0.5**calls_since
-    return queued
+        queued = level + (slot.queue_length - level) * 0.5**calls_since
+        candidate = (slot.finish_time + queued * samples / slot.throughput, rng.random(), peer_id)
+        if best is None or candidate < best:
+            best = candidate
+    return None if best is None else best[2]
 
 
 def _call_s(slot: _PeerSlot, samples: int, nbytes: int, unmeasured_link: float | None) -> float:

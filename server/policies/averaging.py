@@ -30,14 +30,24 @@ class AveragingRound:
     norms_sq: dict[int, float] = field(default_factory=dict)
     missing: dict[int, frozenset[int]] = field(default_factory=dict)
     """Member -> the members whose contribution to this attempt it gave up waiting for."""
+    _disagreeing: set[int] = field(default_factory=set, init=False, repr=False)
+    """Reporters whose contributors are not the group. Kept with every report because the
+    coordinator asks whether a round is complete at every report and every step event: comparing
+    each report's contributors anew made that O(K^2) a question, 5% of the simulator's time at
+    10,000 peers (stages of 300-650 members)."""
 
     def report(
         self, peer_id: int, attempt: int, contributors: list[int], counted: list[str], norm_sq: float = 0.0
     ) -> None:
         if attempt != self.attempt or peer_id not in self.group:
             return
-        self.reports[peer_id] = (frozenset(contributors), frozenset(counted))
+        agreed = frozenset(contributors)
+        self.reports[peer_id] = (agreed, frozenset(counted))
         self.norms_sq[peer_id] = norm_sq
+        if agreed == self.group:
+            self._disagreeing.discard(peer_id)
+        else:
+            self._disagreeing.add(peer_id)
 
     def missed(self, reporter: int, target: int) -> bool:
         """`reporter` gave up waiting for `target`'s contribution (its push did not arrive in time).
@@ -110,11 +120,11 @@ class AveragingRound:
         )
 
     def complete(self) -> bool:
-        return set(self.reports) == set(self.group) and all(c == self.group for c, _ in self.reports.values())
+        return len(self.reports) == len(self.group) and not self._disagreeing
 
     def inconsistent(self) -> bool:
         """Some member averaged over a different set of peers than the group: the attempt is void."""
-        return any(c != self.group for c, _ in self.reports.values())
+        return bool(self._disagreeing)
 
     def counted(self) -> list[str]:
         ids: set[str] = set()

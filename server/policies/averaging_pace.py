@@ -104,21 +104,46 @@ class RoundBudget:
         collect_s: float,
         round_scale: Sequence[float | None] = (),
     ) -> None:
+        counts = [0] * len(gradient_bytes)
+        slowest: list[float | None] = [None] * len(gradient_bytes)
+        for u in uplinks:
+            counts[u.stage] += 1
+            slowest[u.stage] = _slower(slowest[u.stage], u.upload)
+        self._settle(counts, slowest, gradient_bytes, collect_s, round_scale)
+
+    @classmethod
+    def of_stages(
+        cls,
+        counts: Sequence[int],
+        slowest: Sequence[float | None],
+        gradient_bytes: Sequence[float],
+        collect_s: float,
+        round_scale: Sequence[float | None] = (),
+    ) -> RoundBudget:
+        """The budget of stages with these member counts and slowest uploads: all a budget keeps of
+        its uplinks, for a caller that tallies them as it goes over its members (the simulator
+        rebuilds a joiner's budget over 10,000 peers every second of a large swarm)."""
+        if not len(counts) == len(slowest) == len(gradient_bytes):
+            raise ValueError("need one count, one slowest upload and one sum size per stage")
+        budget = cls.__new__(cls)
+        budget._settle(list(counts), list(slowest), gradient_bytes, collect_s, round_scale)
+        return budget
+
+    def _settle(
+        self,
+        counts: list[int],
+        slowest: list[float | None],
+        gradient_bytes: Sequence[float],
+        collect_s: float,
+        round_scale: Sequence[float | None],
+    ) -> None:
         self.gradient_bytes = list(gradient_bytes)
         self.scale = [scale_of(round_scale, s) for s in range(len(gradient_bytes))]
-        self.counts = [0] * len(gradient_bytes)
-        self.slowest: list[float | None] = [None] * len(gradient_bytes)
-        for u in uplinks:
-            self._add(u.stage, u.upload)
+        self.counts = counts
+        self.slowest = slowest
         self.rounds = [self.round_of(s) for s in range(len(gradient_bytes))]
         """Each stage's round, from its members' uploads."""
         self.budget_s = averaging_budget_s(self.rounds, collect_s)
-
-    def _add(self, stage: int, upload: float | None) -> None:
-        self.counts[stage] += 1
-        if upload is not None:
-            low = self.slowest[stage]
-            self.slowest[stage] = upload if low is None else min(low, upload)
 
     def round_of(self, stage: int) -> float:
         return self.scale[stage] * round_s(
@@ -127,15 +152,22 @@ class RoundBudget:
 
     def round_joined(self, stage: int, upload: float | None) -> float:
         """`stage`'s round with one member more, pushing at `upload`."""
-        low = self.slowest[stage]
-        slowest = upload if low is None else (low if upload is None else min(low, upload))
+        slowest = _slower(self.slowest[stage], upload)
         return self.scale[stage] * round_s(self.counts[stage] + 1, self.gradient_bytes[stage], slowest)
 
     def admits(self, stage: int, upload: float | None) -> bool:
         return self.round_joined(stage, upload) <= self.budget_s
 
     def join(self, stage: int, upload: float | None) -> None:
-        self._add(stage, upload)
+        self.counts[stage] += 1
+        self.slowest[stage] = _slower(self.slowest[stage], upload)
+
+
+def _slower(a: float | None, b: float | None) -> float | None:
+    """The slower of two uploads, an unmeasured one (None) never the slower."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
 
 
 OUTLIER_SHARE = 0.5

@@ -76,6 +76,18 @@ Report = tuple[int, int, list[int], list[str]]
             False,
             id="a stale inconsistent report does not void the attempt",
         ),
+        pytest.param(
+            [(1, 0, [1, 2], []), (2, 0, [1, 2, 3], []), (3, 0, [1, 2, 3], []), (1, 0, [1, 2, 3], [])],
+            True,
+            False,
+            id="a member's later report replaces its short one",
+        ),
+        pytest.param(
+            [(1, 0, [1, 2, 3], []), (2, 0, [1, 2, 3], []), (3, 0, [1, 2, 3], []), (2, 0, [2, 3], [])],
+            False,
+            True,
+            id="a member's later short report voids a complete attempt",
+        ),
     ],
 )
 def test_complete_and_inconsistent(reports: list[Report], complete: bool, inconsistent: bool) -> None:
@@ -166,6 +178,7 @@ def test_properties(group: frozenset[int], reports: list[Report]) -> None:
             accepted[peer] = (frozenset(contributors), frozenset(counted))
     assert r.reports == accepted
     assert r.complete() == (set(accepted) == group and all(c == group for c, _ in accepted.values()))
+    assert r.inconsistent() == any(c != group for c, _ in accepted.values())
     assert not (r.complete() and r.inconsistent())
     assert r.counted() == sorted(set().union(*(c for _, c in accepted.values())))
 

@@ -96,6 +96,41 @@ def test_round_budget_sees_the_members_a_plan_already_added() -> None:
     assert not budget.admits(1, FAST)
 
 
+@pytest.mark.parametrize(
+    "stages",
+    [
+        pytest.param([[FAST, None, BROADBAND], [SLOW, FAST], [None, None], [FAST]], id="mixed, unmeasured"),
+        pytest.param([[], [BROADBAND] * 10, [FAST] * 3, [SLOW]], id="an empty stage"),
+        pytest.param([[None], [None, None], [], []], id="nothing measured"),
+    ],
+)
+def test_a_budget_of_stage_tallies_is_the_budget_of_their_uplinks(stages: list[list[float | None]]) -> None:
+    peers = uplinks(*stages)
+    sizes = [HEAVY, LIGHT, HEAVY, HEAVY]
+    scale = [None, 0.5, 2.0, None]
+    counts = [len(members) for members in stages]
+    slowest = [min((u for u in members if u is not None), default=None) for members in stages]
+    whole = RoundBudget(peers, sizes, collect_s=3.0, round_scale=scale)
+    tallied = RoundBudget.of_stages(counts, slowest, sizes, collect_s=3.0, round_scale=scale)
+    assert (tallied.counts, tallied.slowest, tallied.rounds, tallied.budget_s) == (
+        whole.counts,
+        whole.slowest,
+        whole.rounds,
+        whole.budget_s,
+    )
+    for stage in range(len(sizes)):
+        for upload in (SLOW, FAST, None):
+            assert tallied.admits(stage, upload) is whole.admits(stage, upload)
+    tallied.join(1, SLOW)
+    whole.join(1, SLOW)
+    assert (tallied.counts, tallied.slowest) == (whole.counts, whole.slowest)
+
+
+def test_a_budget_of_stage_tallies_needs_one_of_each_per_stage() -> None:
+    with pytest.raises(ValueError, match="one count"):
+        RoundBudget.of_stages([1, 2], [FAST], [HEAVY, LIGHT], collect_s=1.0)
+
+
 def decide(
     peers: list[Uplink],
     gradient_bytes: Sequence[float],
