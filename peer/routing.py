@@ -170,8 +170,9 @@ def _soonest(
     freshness did no better; both simulated, issue 13.)
 
     Called for every call a trainer routes, over every peer of the stage: one pass of plain
-    arithmetic. `statistics.fmean` and `max` were most of its time at 1,000 simulated peers, and a
-    pass for the queues and another for the candidates a third of the simulator's routing at 10,000.
+    arithmetic. `statistics.fmean` and `max` were most of its time at 1,000 simulated peers; at
+    10,000, a pass for the queues and another for the candidates took 46 s of a 232 s profile, and
+    this one pass 41 s.
     """
     if not slots:
         return None
