@@ -172,22 +172,30 @@ def _soonest(
     Called for every call a trainer routes, over every peer of the stage: one pass of plain
     arithmetic. `statistics.fmean` and `max` were most of its time at 1,000 simulated peers; at
     10,000, a pass for the queues and another for the candidates took 46 s of a 232 s profile, and
-    this one pass 41 s.
+    this one pass, building no tuple per peer, about 28 s.
     """
     if not slots:
         return None
     level = sum(slot.queue_length for slot in slots.values()) / len(slots)
-    best: tuple[float, float, int] | None = None
+    best: int | None = None
+    best_s = best_tie = 0.0
     for peer_id, slot in slots.items():
         if slot.banned_until > now or peer_id in exclude:
             continue
         elapsed = now - slot.queue_read_at
-        calls_since = elapsed * slot.throughput / samples if elapsed > 0.0 else 0.0
+        throughput = slot.throughput
+        calls_since = elapsed * throughput / samples if elapsed > 0.0 else 0.0
         queued = level + (slot.queue_length - level) * 0.5**calls_since
-        candidate = (slot.finish_time + queued * samples / slot.throughput, rng.random(), peer_id)
-        if best is None or candidate < best:
-            best = candidate
-    return None if best is None else best[2]
+        finish_s = slot.finish_time + queued * samples / throughput
+        tie = rng.random()
+        # The least (finish, tie, id), compared field by field rather than as tuples built per peer.
+        if (
+            best is None
+            or finish_s < best_s
+            or (finish_s == best_s and (tie < best_tie or (tie == best_tie and peer_id < best)))
+        ):
+            best, best_s, best_tie = peer_id, finish_s, tie
+    return best
 
 
 def _call_s(slot: _PeerSlot, samples: int, nbytes: int, unmeasured_link: float | None) -> float:
