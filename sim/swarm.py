@@ -47,7 +47,7 @@ from peer.routing import StageRouter
 from peer.trainer import MAX_ATTEMPTS_PER_CALL, NO_PEER_PATIENCE_S, NO_PEER_WAIT_S
 from peer.transport import transfer_timeout_s
 from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
-from server.policies.averaging_pace import RoundBudget, StepAveraging, round_s, step_s
+from server.policies.averaging_pace import RoundBudget, StepAveraging, round_s, slower_upload, step_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.join_hold import barrier_waits, holds_the_step, waits_for_loader
 from server.policies.rate_estimate import RateEstimate
@@ -336,17 +336,15 @@ class SwarmSim:
         """`Membership._joined`'s choice: the weakest stage whose averaging round admits one member
         more at its stage's pace (a joiner's upload is not measured yet)."""
         if self.join_rounds is None or self.now - self.join_rounds[0] >= STAGE_LOAD_REFRESH_S:
-            # A budget keeps only each stage's count and slowest upload; tallied here in one pass,
-            # as `RoundBudget(uplinks)` would from an `Uplink` per placed peer.
+            # Each stage's count and slowest upload, tallied in one pass as
+            # `Membership._current_stage_load` tallies them.
             counts = [0] * self.S
             slowest: list[float | None] = [None] * self.S
             for p in itertools.chain(*self.view, self.loading):
                 peer = self.peers[p]
                 counts[peer.stage] += 1
                 upload = pushing_rate(self._link_reading(p), peer.rounds_held_up)
-                low = slowest[peer.stage]
-                if upload is not None and (low is None or upload < low):
-                    slowest[peer.stage] = upload
+                slowest[peer.stage] = slower_upload(slowest[peer.stage], upload)
             collect_s = step_s(self.sc.target_batch_size, min(self.stage_claims), 0.0)
             self.join_rounds = (
                 self.now,

@@ -108,7 +108,7 @@ class RoundBudget:
         slowest: list[float | None] = [None] * len(gradient_bytes)
         for u in uplinks:
             counts[u.stage] += 1
-            slowest[u.stage] = _slower(slowest[u.stage], u.upload)
+            slowest[u.stage] = slower_upload(slowest[u.stage], u.upload)
         self._settle(counts, slowest, gradient_bytes, collect_s, round_scale)
 
     @classmethod
@@ -152,7 +152,7 @@ class RoundBudget:
 
     def round_joined(self, stage: int, upload: float | None) -> float:
         """`stage`'s round with one member more, pushing at `upload`."""
-        slowest = _slower(self.slowest[stage], upload)
+        slowest = slower_upload(self.slowest[stage], upload)
         return self.scale[stage] * round_s(self.counts[stage] + 1, self.gradient_bytes[stage], slowest)
 
     def admits(self, stage: int, upload: float | None) -> bool:
@@ -160,11 +160,12 @@ class RoundBudget:
 
     def join(self, stage: int, upload: float | None) -> None:
         self.counts[stage] += 1
-        self.slowest[stage] = _slower(self.slowest[stage], upload)
+        self.slowest[stage] = slower_upload(self.slowest[stage], upload)
 
 
-def _slower(a: float | None, b: float | None) -> float | None:
-    """The slower of two uploads, an unmeasured one (None) never the slower."""
+def slower_upload(a: float | None, b: float | None) -> float | None:
+    """The slower of two uploads, an unmeasured one (None) never the slower: how a stage's pace is
+    tallied over its members."""
     if a is None:
         return b
     return a if b is None else min(a, b)

@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass
 
 from server.policies.averaging import pushing_rate
-from server.policies.averaging_pace import RoundBudget, StepAveraging, Uplink, step_s
+from server.policies.averaging_pace import RoundBudget, StepAveraging, slower_upload, step_s
 from server.policies.grant_pacing import served_rate
 from server.policies.rate_estimate import RateEstimate
 from server.policies.rebalance import (
@@ -236,24 +236,23 @@ class Membership(StepCycle):
             return self.stage_load
         per_sample = self._bytes_per_sample()
         rates, counts = [0.0] * self.spec.num_stages, [0] * self.spec.num_stages
-        uplinks = []
+        # A round budget keeps each stage's count and slowest upload only: tallied in this pass
+        # rather than from an `Uplink` per member (this runs about once a second in a large swarm).
+        slowest: list[float | None] = [None] * self.spec.num_stages
         for m in self.members.values():
             if m.stage is not None:
                 rates[m.stage] += served_rate(m.effective_throughput, m.inbound_link, per_sample[m.stage])
                 counts[m.stage] += 1
-                uplinks.append(
-                    Uplink(
-                        peer_id=m.peer_id,
-                        stage=m.stage,
-                        upload=pushing_rate(m.inbound_link, m.rounds_held_up),
-                    )
-                )
+                upload = pushing_rate(m.inbound_link, m.rounds_held_up)
+                slowest[m.stage] = slower_upload(slowest[m.stage], upload)
         collect_s = step_s(self.spec.target_batch_size, min(rates, default=0.0), 0.0)
         return StageLoad(
             at=now,
             rates=rates,
             counts=counts,
-            rounds=RoundBudget(uplinks, self._push_bytes(), collect_s, self.round_times.scales()),
+            rounds=RoundBudget.of_stages(
+                counts, slowest, self._push_bytes(), collect_s, self.round_times.scales()
+            ),
         )
 
     def _reachability(self, member: Member, problem: str | None, *, benched_s: float) -> bool:
