@@ -27,6 +27,23 @@ def hardware_tag() -> str:
     return f"cpu{cpus}-{platform.machine()}"
 
 
+def describe_tree() -> str | None:
+    """The checkout's commit, with "-dirty" when it has uncommitted changes; None outside git."""
+    try:
+        described = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
+        )
+    except OSError:
+        return None
+    return described.stdout.strip() or None
+
+
+TREE_AT_START = describe_tree()
+"""The tree this process measures: read when this module is imported, as a benchmark starts, not
+when it writes its results. A benchmark runs for minutes, and a commit made meanwhile was recorded
+as the tree measured (a `sim.figures scale` run of 2026-12-01)."""
+
+
 def environment() -> dict[str, Any]:
     versions: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
     for name in ("torch", "bitsandbytes", "fastapi", "sqlalchemy", "websockets"):
@@ -35,14 +52,11 @@ def environment() -> dict[str, Any]:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
-    try:
-        # "-dirty" when the tree measured had uncommitted changes.
-        commit = subprocess.run(
-            ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
-        )
-        versions["commit"] = commit.stdout.strip() or None
-    except OSError:
-        versions["commit"] = None
+    versions["commit"] = TREE_AT_START
+    written_at = describe_tree()
+    if written_at != TREE_AT_START:
+        # The modules were loaded from the first tree; the second is only where the results landed.
+        versions["commit_when_written"] = written_at
     return versions
 
 
