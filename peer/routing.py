@@ -171,8 +171,9 @@ def _soonest(
 
     Called for every call a trainer routes, over every peer of the stage: one pass of plain
     arithmetic. `statistics.fmean` and `max` were most of its time at 1,000 simulated peers; at
-    10,000, a pass for the queues and another for the candidates took 46 s of a 232 s profile, and
-    this one pass, building no tuple per peer, about 28 s.
+    10,000, a pass for the queues and another for the candidates took 46 s of a 232 s profile and
+    one pass 41 s; comparing fields rather than building a tuple per peer then took a choice among
+    85 peers from 63.6 us to 35.7 us (a micro-benchmark).
     """
     if not slots:
         return None
