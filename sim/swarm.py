@@ -348,9 +348,7 @@ class SwarmSim:
             collect_s = step_s(self.sc.target_batch_size, min(self.stage_claims), 0.0)
             self.join_rounds = (
                 self.now,
-                RoundBudget.of_stages(
-                    counts, slowest, self._wire_gradient_bytes, collect_s, self.round_times.scales()
-                ),
+                RoundBudget(counts, slowest, self._wire_gradient_bytes, collect_s, self.round_times.scales()),
             )
         rounds = self.join_rounds[1]
         stage = choose_stage(

@@ -99,51 +99,40 @@ class RoundBudget:
 
     def __init__(
         self,
-        uplinks: Sequence[Uplink],
-        gradient_bytes: Sequence[float],
-        collect_s: float,
-        round_scale: Sequence[float | None] = (),
-    ) -> None:
-        counts = [0] * len(gradient_bytes)
-        slowest: list[float | None] = [None] * len(gradient_bytes)
-        for u in uplinks:
-            counts[u.stage] += 1
-            slowest[u.stage] = slower_upload(slowest[u.stage], u.upload)
-        self._settle(counts, slowest, gradient_bytes, collect_s, round_scale)
-
-    @classmethod
-    def of_stages(
-        cls,
         counts: Sequence[int],
         slowest: Sequence[float | None],
         gradient_bytes: Sequence[float],
         collect_s: float,
         round_scale: Sequence[float | None] = (),
-    ) -> RoundBudget:
-        """The budget of stages with these member counts and slowest uploads: all a budget keeps of
-        its uplinks, for a caller that tallies them as it goes over its members (the simulator
-        rebuilds a joiner's budget over 10,000 peers every second of a large swarm)."""
+    ) -> None:
+        """The budget of stages with these member counts and slowest uploads (`slower_upload`): all
+        a budget keeps of its members, which a caller going over them anyway tallies as it goes (the
+        coordinator and the simulator rebuild a joiner's budget about once a second, over 10,000
+        peers in a large swarm)."""
         if not len(counts) == len(slowest) == len(gradient_bytes):
             raise ValueError("need one count, one slowest upload and one sum size per stage")
-        budget = cls.__new__(cls)
-        budget._settle(list(counts), list(slowest), gradient_bytes, collect_s, round_scale)
-        return budget
-
-    def _settle(
-        self,
-        counts: list[int],
-        slowest: list[float | None],
-        gradient_bytes: Sequence[float],
-        collect_s: float,
-        round_scale: Sequence[float | None],
-    ) -> None:
         self.gradient_bytes = list(gradient_bytes)
         self.scale = [scale_of(round_scale, s) for s in range(len(gradient_bytes))]
-        self.counts = counts
-        self.slowest = slowest
+        self.counts = list(counts)
+        self.slowest = list(slowest)
         self.rounds = [self.round_of(s) for s in range(len(gradient_bytes))]
         """Each stage's round, from its members' uploads."""
         self.budget_s = averaging_budget_s(self.rounds, collect_s)
+
+    @classmethod
+    def of_uplinks(
+        cls,
+        uplinks: Sequence[Uplink],
+        gradient_bytes: Sequence[float],
+        collect_s: float,
+        round_scale: Sequence[float | None] = (),
+    ) -> RoundBudget:
+        counts = [0] * len(gradient_bytes)
+        slowest: list[float | None] = [None] * len(gradient_bytes)
+        for u in uplinks:
+            counts[u.stage] += 1
+            slowest[u.stage] = slower_upload(slowest[u.stage], u.upload)
+        return cls(counts, slowest, gradient_bytes, collect_s, round_scale)
 
     def round_of(self, stage: int) -> float:
         return self.scale[stage] * round_s(

@@ -322,7 +322,7 @@ def choose_moves(
         if eased is not None:
             return eased
         collect_s = step_s(averaging.batch_size, rate, 0.0)
-        budget = RoundBudget(uplinks, averaging.gradient_bytes, collect_s, averaging.round_scale)
+        budget = RoundBudget.of_uplinks(uplinks, averaging.gradient_bytes, collect_s, averaging.round_scale)
     plan = _plan(swarm, counts, budget)
     if not plan:
         return None

@@ -22,18 +22,16 @@ anybody, and a change of the swarm shows within a few steps."""
 
 
 class RoundTimes:
-    """Each stage's last `ROUNDS_KEPT` rounds: their seconds, and the ratios of those to the modelled."""
+    """Each stage's last `ROUNDS_KEPT` rounds, as (measured, modelled) seconds."""
 
     def __init__(self, num_stages: int) -> None:
-        self.ratios: list[deque[float]] = [deque(maxlen=ROUNDS_KEPT) for _ in range(num_stages)]
-        self.seconds: list[deque[float]] = [deque(maxlen=ROUNDS_KEPT) for _ in range(num_stages)]
+        self.rounds: list[deque[tuple[float, float]]] = [deque(maxlen=ROUNDS_KEPT) for _ in range(num_stages)]
 
     def timed(self, stage: int, *, modelled_s: float, measured_s: float) -> None:
         """Book a round that completed at its first attempt. Nothing to learn from a round the
         model cannot size (no upload measured, a single member) or one that took no time."""
         if modelled_s > 0 and measured_s > 0:
-            self.ratios[stage].append(measured_s / modelled_s)
-            self.seconds[stage].append(measured_s)
+            self.rounds[stage].append((measured_s, modelled_s))
 
     def measured_s(self) -> list[float | None]:
         """Per stage, how long its timed rounds took (median of the kept rounds); None: no round of
@@ -42,9 +40,9 @@ class RoundTimes:
         real swarm-ref run the scaled model put the head stage's round at ~100 s one decision after a
         member joined it, just after steps had averaged in 3-7 s of 60-80 s, and a member was moved
         off it for averaging."""
-        return [statistics.median(kept) if kept else None for kept in self.seconds]
+        return [statistics.median(m for m, _ in kept) if kept else None for kept in self.rounds]
 
     def scales(self) -> list[float | None]:
         """Per stage, measured / modelled round seconds (median of the kept rounds); None: no round
         of the stage was timed."""
-        return [statistics.median(kept) if kept else None for kept in self.ratios]
+        return [statistics.median(m / p for m, p in kept) if kept else None for kept in self.rounds]

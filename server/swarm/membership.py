@@ -250,9 +250,7 @@ class Membership(StepCycle):
             at=now,
             rates=rates,
             counts=counts,
-            rounds=RoundBudget.of_stages(
-                counts, slowest, self._push_bytes(), collect_s, self.round_times.scales()
-            ),
+            rounds=RoundBudget(counts, slowest, self._push_bytes(), collect_s, self.round_times.scales()),
         )
 
     def _reachability(self, member: Member, problem: str | None, *, benched_s: float) -> bool:

@@ -49,7 +49,7 @@ def test_round_s(members: int, gradient_bytes: float, slowest: float | None, exp
 
 def test_a_stage_round_is_paced_by_its_slowest_measured_member() -> None:
     peers = uplinks([FAST, None, BROADBAND], [SLOW, FAST], [None, None], [FAST])
-    rounds = RoundBudget(peers, [HEAVY, LIGHT, HEAVY, HEAVY], collect_s=0.0).rounds
+    rounds = RoundBudget.of_uplinks(peers, [HEAVY, LIGHT, HEAVY, HEAVY], collect_s=0.0).rounds
     assert rounds == pytest.approx([2 * HEAVY / BROADBAND, LIGHT / SLOW, 0.0, 0.0])
 
 
@@ -82,14 +82,14 @@ def test_round_budget_admits_only_who_keeps_the_step_averaging_as_long(
     stage: int, upload: float | None, admitted: bool
 ) -> None:
     peers = uplinks([FAST] * 4, [BROADBAND] * 10, [FAST] * 3)
-    budget = RoundBudget(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0)
+    budget = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0)
     assert budget.budget_s == pytest.approx(9 * HEAVY / BROADBAND)
     assert budget.admits(stage, upload) is admitted
 
 
 def test_round_budget_sees_the_members_a_plan_already_added() -> None:
     peers = uplinks([FAST] * 2, [FAST] * 8)
-    budget = RoundBudget(peers, [LIGHT, HEAVY], collect_s=1.0)
+    budget = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY], collect_s=1.0)
     # Stage 1's round, 7 x 14 MB at 1 Gbit/s = 0.78 s, is under the second of collecting.
     assert budget.admits(1, FAST)
     budget.join(1, FAST)
@@ -110,8 +110,8 @@ def test_a_budget_of_stage_tallies_is_the_budget_of_their_uplinks(stages: list[l
     scale = [None, 0.5, 2.0, None]
     counts = [len(members) for members in stages]
     slowest = [min((u for u in members if u is not None), default=None) for members in stages]
-    whole = RoundBudget(peers, sizes, collect_s=3.0, round_scale=scale)
-    tallied = RoundBudget.of_stages(counts, slowest, sizes, collect_s=3.0, round_scale=scale)
+    whole = RoundBudget.of_uplinks(peers, sizes, collect_s=3.0, round_scale=scale)
+    tallied = RoundBudget(counts, slowest, sizes, collect_s=3.0, round_scale=scale)
     assert (tallied.counts, tallied.slowest, tallied.rounds, tallied.budget_s) == (
         whole.counts,
         whole.slowest,
@@ -128,7 +128,7 @@ def test_a_budget_of_stage_tallies_is_the_budget_of_their_uplinks(stages: list[l
 
 def test_a_budget_of_stage_tallies_needs_one_of_each_per_stage() -> None:
     with pytest.raises(ValueError, match="one count"):
-        RoundBudget.of_stages([1, 2], [FAST], [HEAVY, LIGHT], collect_s=1.0)
+        RoundBudget([1, 2], [FAST], [HEAVY, LIGHT], collect_s=1.0)
 
 
 def decide(
@@ -150,7 +150,7 @@ def decide(
     rates = member_rate or [51.2 if g == HEAVY else 200.0 for g in gradient_bytes]
     scale = [1.0] * len(gradient_bytes) if round_scale is None else round_scale
     if round_measured_s is None:
-        modelled = RoundBudget(peers, gradient_bytes, collect_s=0.0, round_scale=scale).rounds
+        modelled = RoundBudget.of_uplinks(peers, gradient_bytes, collect_s=0.0, round_scale=scale).rounds
         round_measured_s = [
             seconds if t < len(scale) and scale[t] is not None else None for t, seconds in enumerate(modelled)
         ]
@@ -289,7 +289,7 @@ def test_a_large_stage_of_members_as_fast_as_each_other_sheds_the_least_served()
     # And the rate plan would not bring any of them back: its budget after the moves refuses them.
     moved = {peer: to for peer, _, to in plan.moves}
     after = [Uplink(peer_id=u.peer_id, stage=moved.get(u.peer_id, u.stage), upload=u.upload) for u in peers]
-    budget = RoundBudget(after, [LIGHT, LIGHT, HEAVY], collect_s=4096 / pipeline_rate(moved))
+    budget = RoundBudget.of_uplinks(after, [LIGHT, LIGHT, HEAVY], collect_s=4096 / pipeline_rate(moved))
     assert not budget.admits(2, BROADBAND)
 
 
@@ -382,8 +382,8 @@ def test_nobody_leaves_a_stage_whose_rounds_were_never_timed(round_scale: list[f
 
 def test_round_budget_sizes_rounds_by_how_they_were_timed() -> None:
     peers = uplinks([FAST] * 4, [BROADBAND] * 10, [FAST] * 3)
-    modelled = RoundBudget(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0)
-    timed = RoundBudget(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, round_scale=[None, 0.1, 1.0])
+    modelled = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0)
+    timed = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, round_scale=[None, 0.1, 1.0])
     assert timed.rounds == pytest.approx([modelled.rounds[0], modelled.rounds[1] / 10, modelled.rounds[2]])
     # Stage 1's round, timed at 1 s, is hidden under the 8 s of collecting: a slow uplink may join.
     assert not modelled.admits(1, SLOW)
