@@ -5,7 +5,8 @@ finish time; the next call goes to the peer with the smallest one (random tie-br
 advances by the call's expected time there: compute (samples / that peer's throughput) plus
 transfer (the call's bytes / the link rate this trainer measured to that peer; an unmeasured link
 counts at the median of those measured). Calls queued at a peer, as its last reply to this trainer
-said, count against it while that reading is fresh (`_queues_now`). Fast peers are chosen
+said, count against it while that reading is fresh (`_soonest`), each at its compute there plus
+what that peer's own link adds to its transfer. Fast peers are chosen
 proportionally more often, slow or busy ones less, and a peer that fails is banned for a while with
 capped exponential backoff. Pure: no I/O, time is passed in.
 """
@@ -44,8 +45,9 @@ class StageRouter:
     rng: random.Random = field(default_factory=random.Random)
     _slots: dict[int, _PeerSlot] = field(default_factory=dict)
     _median_link: float | None = None
+    _fastest_link: float | None = None
     _median_known: bool = False
-    """`_median_link` holds for the stage's current peers and links."""
+    """`_median_link` and `_fastest_link` hold for the stage's current peers and links."""
 
     def update_peers(self, throughputs: dict[int, float]) -> None:
         """Set the stage's live peers and their measured throughputs (samples/s); each keeps the
@@ -101,11 +103,14 @@ class StageRouter:
                 slot.stale = False
                 if floor is not None:
                     slot.finish_time = max(slot.finish_time, floor)
-        peer_id = _soonest(self._slots, samples, now, exclude, self.rng)
+        unmeasured_link = self._unmeasured_link()
+        peer_id = _soonest(
+            self._slots, samples, now, exclude, self.rng, nbytes, unmeasured_link, self._fastest_link
+        )
         if peer_id is None:
             return None
         slot = self._slots[peer_id]
-        slot.finish_time += _call_s(slot, samples, nbytes, self._unmeasured_link())
+        slot.finish_time += _call_s(slot, samples, nbytes, unmeasured_link)
         return peer_id
 
     def _unmeasured_link(self) -> float | None:
@@ -117,6 +122,7 @@ class StageRouter:
         if not self._median_known:
             measured = [s.link_rate for s in self._slots.values() if s.link_rate]
             self._median_link = statistics.median(measured) if measured else None
+            self._fastest_link = max(measured, default=None)
             self._median_known = True
         return self._median_link
 
@@ -152,11 +158,29 @@ def ban_seconds(failures: int, base_s: float, max_s: float) -> float:
 
 
 def _soonest(
-    slots: dict[int, _PeerSlot], samples: int, now: float, exclude: frozenset[int], rng: random.Random
+    slots: dict[int, _PeerSlot],
+    samples: int,
+    now: float,
+    exclude: frozenset[int],
+    rng: random.Random,
+    nbytes: int = 0,
+    unmeasured_link: float | None = None,
+    fastest_link: float | None = None,
 ) -> int | None:
-    """The peer not banned or excluded whose call of `samples` would finish first: its finish time
-    plus the calls it is taken to hold queued now, each delaying the call by its compute there
-    (other trainers' transfers are on their own links); a random number breaks ties. None: no peer.
+    """The peer not banned or excluded whose call of `samples` (moving `nbytes`) would finish first:
+    its finish time plus the calls it is taken to hold queued now, each delaying the call by its
+    compute there and by what the peer's own link adds to a call's transfer; a random number breaks
+    ties. None: no peer.
+
+    Other trainers' transfers to a peer go over their own links and over the peer's. This trainer
+    cannot tell the two ends apart, but a peer read far slower than its fastest peer of the stage
+    (`fastest_link`) is held back by its own end, which every trainer's calls there share: a queued
+    call is charged the transfer at the peer's reading less the transfer at the fastest reading.
+    Peers read alike are charged their queues' compute alone, as before. Charged compute alone, a
+    queue at a fast device on a slow link looked nearly free: at 10,000 simulated spot peers whose
+    calls move 10 MB a sample, an A100 on broadband was charged 1/144 s a sample for what takes it
+    0.8 s, and such peers held the most calls of a step, some queued 15 minutes ahead
+    (docs/benchmarks.md, issue 14).
 
     The queue is the peer's last reading, faded. A reading is as old as this trainer's replies from
     that peer are apart, and at a loaded stage a reply itself waited 12-17 s in the queue
@@ -164,7 +188,7 @@ def _soonest(
     looked idle beside one that had just answered with its queue, every trainer sent it its next
     calls on that old reading, and four equal peers were busy from 43% to 91% of the same step. So
     a reading fades toward the mean of the stage's readings, halving its difference from it with
-    each call's compute that passes there, in which a queue changes by about one call. A fresh
+    each queued call's time that passes there, in which a queue changes by about one call. A fresh
     reading still steers calls away from a backed-up peer (a slow one, or one held up by its
     upload), which ignoring queues altogether gave up. (Weighting the mean by each reading's
     freshness did no better; both simulated, issue 13.)
@@ -178,16 +202,20 @@ def _soonest(
     if not slots:
         return None
     level = sum(slot.queue_length for slot in slots.values()) / len(slots)
+    own_transfer_s = nbytes / fastest_link if fastest_link else 0.0
     best: int | None = None
     best_s = best_tie = 0.0
     for peer_id, slot in slots.items():
         if slot.banned_until > now or peer_id in exclude:
             continue
+        link = slot.link_rate or unmeasured_link
+        queued_call_s = samples / slot.throughput
+        if link and own_transfer_s:
+            queued_call_s += max(nbytes / link - own_transfer_s, 0.0)
         elapsed = now - slot.queue_read_at
-        throughput = slot.throughput
-        calls_since = elapsed * throughput / samples if elapsed > 0.0 else 0.0
+        calls_since = elapsed / queued_call_s if elapsed > 0.0 else 0.0
         queued = level + (slot.queue_length - level) * 0.5**calls_since
-        finish_s = slot.finish_time + queued * samples / throughput
+        finish_s = slot.finish_time + queued * queued_call_s
         tie = rng.random()
         # The least (finish, tie, id), compared field by field rather than as tuples built per peer.
         if (

@@ -390,3 +390,42 @@ def test_a_queue_observed_in_a_reply_stands_until_the_next_reply_not_the_next_vi
     router.observe_queue(7, 3, now=0.0)  # not a peer of this stage: ignored
     later = [router.choose(8, now=0.0) for _ in range(40)]
     assert abs(later.count(1) - later.count(2)) <= 6
+
+
+# ---- queues at peers held back by their own links ------------------------------------------------
+
+
+MB8 = 8_000_000
+
+
+@pytest.mark.parametrize(
+    ("throughputs", "links", "queues", "nbytes", "first"),
+    [
+        # A fast device on a slow link with four calls queued: each of them takes its 8 MB over
+        # that link (8 s), not its 0.08 s of compute. The slower device on a fast link, with as many
+        # queued, finishes first.
+        ({1: 100.0, 2: 10.0}, {1: 1e6, 2: 100e6}, {1: 4, 2: 4}, MB8, 2),
+        # Read alike, links hold nobody back more than another: compute alone weighs the queues,
+        # and the fast device's four queued calls (0.32 s) are less than the other's one (0.8 s).
+        ({1: 100.0, 2: 10.0}, {1: 1e6, 2: 1e6}, {1: 4, 2: 1}, MB8, 1),
+        ({1: 100.0, 2: 10.0}, {1: 100e6, 2: 100e6}, {1: 4, 2: 1}, MB8, 1),
+        # The slow link's peer with an empty queue still goes first: an idle peer delays nobody.
+        ({1: 100.0, 2: 10.0}, {1: 1e6, 2: 100e6}, {1: 0, 2: 4}, MB8, 1),
+        # Three peers: the two on fast links compete on their queues' compute, the one on a slow
+        # link is charged its transfer for each of its two queued calls (16 s).
+        ({1: 50.0, 2: 20.0, 3: 100.0}, {1: 50e6, 2: 50e6, 3: 0.5e6}, {1: 6, 2: 3, 3: 2}, MB8, 1),
+        # Without bytes to move (the last stage's backward reply is empty), links weigh nothing.
+        ({1: 100.0, 2: 10.0}, {1: 1e6, 2: 100e6}, {1: 4, 2: 4}, 0, 1),
+    ],
+)
+def test_a_queue_at_a_peer_held_back_by_its_own_link_counts_its_transfers(
+    throughputs: dict[int, float], links: dict[int, float], queues: dict[int, int], nbytes: int, first: int
+) -> None:
+    """At 10,000 simulated spot peers, A100s on broadband were charged their queues at compute
+    alone (1/144 s a sample for what their link takes 0.8 s over) and held the most calls of a
+    step, some queued 15 minutes ahead (docs/benchmarks.md, issue 14)."""
+    r = router(throughputs)
+    r.update_links(links)
+    for peer, queued in queues.items():
+        r.observe_queue(peer, queued, now=10.0)
+    assert r.choose(8, now=10.0, nbytes=nbytes) == first
