@@ -5,10 +5,10 @@ finish time; the next call goes to the peer with the smallest one (random tie-br
 advances by the call's expected time there: compute (samples / that peer's throughput) plus
 transfer (the call's bytes / the link rate this trainer measured to that peer; an unmeasured link
 counts at the median of those measured). Calls queued at a peer, as its last reply to this trainer
-said, count against it while that reading is fresh (`_soonest`), each at its compute there plus
-what that peer's own link adds to its transfer. Fast peers are chosen
-proportionally more often, slow or busy ones less, and a peer that fails is banned for a while with
-capped exponential backoff. Pure: no I/O, time is passed in.
+said, count against it while that reading is fresh (`_soonest`), each at the longer of its compute
+and its transfer there. Fast peers are chosen proportionally more often, slow or busy ones less, and
+a peer that fails is banned for a while with capped exponential backoff. Pure: no I/O, time is
+passed in.
 """
 
 from __future__ import annotations
@@ -45,9 +45,8 @@ class StageRouter:
     rng: random.Random = field(default_factory=random.Random)
     _slots: dict[int, _PeerSlot] = field(default_factory=dict)
     _median_link: float | None = None
-    _fastest_link: float | None = None
     _median_known: bool = False
-    """`_median_link` and `_fastest_link` hold for the stage's current peers and links."""
+    """`_median_link` holds for the stage's current peers and links."""
 
     def update_peers(self, throughputs: dict[int, float]) -> None:
         """Set the stage's live peers and their measured throughputs (samples/s); each keeps the
@@ -104,9 +103,7 @@ class StageRouter:
                 if floor is not None:
                     slot.finish_time = max(slot.finish_time, floor)
         unmeasured_link = self._unmeasured_link()
-        peer_id = _soonest(
-            self._slots, samples, now, exclude, self.rng, nbytes, unmeasured_link, self._fastest_link
-        )
+        peer_id = _soonest(self._slots, samples, now, exclude, self.rng, nbytes, unmeasured_link)
         if peer_id is None:
             return None
         slot = self._slots[peer_id]
@@ -122,7 +119,6 @@ class StageRouter:
         if not self._median_known:
             measured = [s.link_rate for s in self._slots.values() if s.link_rate]
             self._median_link = statistics.median(measured) if measured else None
-            self._fastest_link = max(measured, default=None)
             self._median_known = True
         return self._median_link
 
@@ -165,22 +161,23 @@ def _soonest(
     rng: random.Random,
     nbytes: int = 0,
     unmeasured_link: float | None = None,
-    fastest_link: float | None = None,
 ) -> int | None:
     """The peer not banned or excluded whose call of `samples` (moving `nbytes`) would finish first:
-    its finish time plus the calls it is taken to hold queued now, each delaying the call by its
-    compute there and by what the peer's own link adds to a call's transfer; a random number breaks
-    ties. None: no peer.
+    its finish time plus the calls it is taken to hold queued now, each delaying the call by the
+    longer of its compute there and its bytes over this trainer's reading of the link (or
+    `unmeasured_link`); a random number breaks ties. None: no peer.
 
-    Other trainers' transfers to a peer go over their own links and over the peer's. This trainer
-    cannot tell the two ends apart, but a peer read far slower than its fastest peer of the stage
-    (`fastest_link`) is held back by its own end, which every trainer's calls there share: a queued
-    call is charged the transfer at the peer's reading less the transfer at the fastest reading.
-    Peers read alike are charged their queues' compute alone, as before. Charged compute alone, a
-    queue at a fast device on a slow link looked nearly free: at 10,000 simulated spot peers whose
-    calls move 10 MB a sample, an A100 on broadband was charged 1/144 s a sample for what takes it
-    0.8 s, and such peers held the most calls of a step, some queued 15 minutes ahead
-    (docs/benchmarks.md, issue 14).
+    A queued call holds the peer for its compute or for its transfer, whichever is longer: a peer
+    takes in the next call's bytes while it computes, and its own link carries every trainer's calls.
+    Charged compute alone, a queue at a fast device on a slow link looked nearly free: at 10,000
+    simulated spot peers whose calls move 10 MB a sample, an A100 on broadband was charged 1/144 s a
+    sample for what its link takes 0.8 s over, and such peers held the most calls of a step, some
+    queued 15 minutes ahead. Charging only what a slow link adds beyond the stage's fastest reading
+    left the data-centre peers' link (0.08 s a sample) uncharged, piled the steps' calls on their
+    fast devices instead, and cost 1,000 peers 15-30% (docs/benchmarks.md, issue 14). Where a
+    trainer's own link is the slower end, its readings of every peer are alike and each queued call
+    is charged that transfer: overstated, but alike at every peer whose compute is shorter. On
+    loopback, transfers are far shorter than compute and queues count their compute, as before.
 
     The queue is the peer's last reading, faded. A reading is as old as this trainer's replies from
     that peer are apart, and at a loaded stage a reply itself waited 12-17 s in the queue
@@ -202,7 +199,6 @@ def _soonest(
     if not slots:
         return None
     level = sum(slot.queue_length for slot in slots.values()) / len(slots)
-    own_transfer_s = nbytes / fastest_link if fastest_link else 0.0
     best: int | None = None
     best_s = best_tie = 0.0
     for peer_id, slot in slots.items():
@@ -210,8 +206,8 @@ def _soonest(
             continue
         link = slot.link_rate or unmeasured_link
         queued_call_s = samples / slot.throughput
-        if link and own_transfer_s:
-            queued_call_s += max(nbytes / link - own_transfer_s, 0.0)
+        if link:
+            queued_call_s = max(queued_call_s, nbytes / link)
         elapsed = now - slot.queue_read_at
         calls_since = elapsed / queued_call_s if elapsed > 0.0 else 0.0
         queued = level + (slot.queue_length - level) * 0.5**calls_since

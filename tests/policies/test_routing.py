@@ -405,20 +405,24 @@ MB8 = 8_000_000
         # that link (8 s), not its 0.08 s of compute. The slower device on a fast link, with as many
         # queued, finishes first.
         ({1: 100.0, 2: 10.0}, {1: 1e6, 2: 100e6}, {1: 4, 2: 4}, MB8, 2),
-        # Read alike, links hold nobody back more than another: compute alone weighs the queues,
-        # and the fast device's four queued calls (0.32 s) are less than the other's one (0.8 s).
-        ({1: 100.0, 2: 10.0}, {1: 1e6, 2: 1e6}, {1: 4, 2: 1}, MB8, 1),
+        # Links fast enough that compute is the longer: queues count their compute, and the fast
+        # device's four queued calls (0.32 s) are less than the other's one (0.8 s).
         ({1: 100.0, 2: 10.0}, {1: 100e6, 2: 100e6}, {1: 4, 2: 1}, MB8, 1),
+        # Both held to 8 s a call by links read alike: four queued calls are more than one.
+        ({1: 100.0, 2: 10.0}, {1: 1e6, 2: 1e6}, {1: 4, 2: 1}, MB8, 2),
         # The slow link's peer with an empty queue still goes first: an idle peer delays nobody.
         ({1: 100.0, 2: 10.0}, {1: 1e6, 2: 100e6}, {1: 0, 2: 4}, MB8, 1),
-        # Three peers: the two on fast links compete on their queues' compute, the one on a slow
-        # link is charged its transfer for each of its two queued calls (16 s).
+        # A data-centre link is the longer part at a fast device too (8 MB at 100 MB/s, 0.08 s
+        # against 0.016 s of compute): six calls queued there are more than three at a slower
+        # device on the same link. Charged compute alone (0.1 s against 0.15 s), peer 1 won.
+        ({1: 500.0, 2: 160.0}, {1: 100e6, 2: 100e6}, {1: 6, 2: 3}, MB8, 2),
+        # Three peers: the one on a slow link is charged 16 s a queued call, however fast it computes.
         ({1: 50.0, 2: 20.0, 3: 100.0}, {1: 50e6, 2: 50e6, 3: 0.5e6}, {1: 6, 2: 3, 3: 2}, MB8, 1),
         # Without bytes to move (the last stage's backward reply is empty), links weigh nothing.
         ({1: 100.0, 2: 10.0}, {1: 1e6, 2: 100e6}, {1: 4, 2: 4}, 0, 1),
     ],
 )
-def test_a_queue_at_a_peer_held_back_by_its_own_link_counts_its_transfers(
+def test_a_queued_call_is_charged_the_longer_of_its_compute_and_its_transfer(
     throughputs: dict[int, float], links: dict[int, float], queues: dict[int, int], nbytes: int, first: int
 ) -> None:
     """At 10,000 simulated spot peers, A100s on broadband were charged their queues at compute
