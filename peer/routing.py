@@ -174,7 +174,7 @@ def _soonest(
     sample for what its link takes 0.8 s over, and such peers held the most calls of a step, some
     queued 15 minutes ahead. Charging only what a slow link adds beyond the stage's fastest reading
     left the data-centre peers' link (0.08 s a sample) uncharged, piled the steps' calls on their
-    fast devices instead, and cost 1,000 peers 15-30% (docs/benchmarks.md, issue 14). Where a
+    fast devices instead, and cost 1,000 peers 11-32% (docs/benchmarks.md, issue 14). Where a
     trainer's own link is the slower end, its readings of every peer are alike and each queued call
     is charged that transfer: overstated, but alike at every peer whose compute is shorter. On
     loopback, transfers are far shorter than compute and queues count their compute, as before.

@@ -418,7 +418,7 @@ MB8 = 8_000_000
         ({1: 500.0, 2: 160.0}, {1: 100e6, 2: 100e6}, {1: 6, 2: 3}, MB8, 2),
         # Three peers: the one on a slow link is charged 16 s a queued call, however fast it computes.
         ({1: 50.0, 2: 20.0, 3: 100.0}, {1: 50e6, 2: 50e6, 3: 0.5e6}, {1: 6, 2: 3, 3: 2}, MB8, 1),
-        # Without bytes to move (the last stage's backward reply is empty), links weigh nothing.
+        # Without bytes to move, links weigh nothing.
         ({1: 100.0, 2: 10.0}, {1: 1e6, 2: 100e6}, {1: 4, 2: 4}, 0, 1),
     ],
 )
