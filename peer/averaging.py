@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,7 @@ from swarmhub.wire import (
     StepBarrier,
 )
 
+from .butterfly import Part, assemble_parts, part_range, reduce_part
 from .compression import get_codec
 from .frame_auth import AuthError
 from .frame_headers import ErrorReply, PushGrads
@@ -221,6 +223,9 @@ class Averager:
             # A lone member sends nothing: no frame to encode, and its sum is its own gradients.
             await self._report(barrier, peer.peer_id, counted, await server.compute(own_gradients), {})
             return
+        if barrier.pattern == "butterfly":
+            await self._butterfly(barrier, counted, own_gradients)
+            return
         payload, mine = await server.compute(
             lambda: contribution(header, own_gradients(), peer.run.compression)
         )
@@ -231,17 +236,7 @@ class Averager:
         )
 
         async def push(peer_id: int, address: str) -> None:
-            frame, sent = assemble_call(header, payload, peer.signer, receiver=peer_id)
-            reply = await peer.pool.request(address, frame, timeout, peer_id=peer_id)
-            try:
-                # A forged acknowledgement would hide a push that never arrived.
-                answer, _ = open_reply(
-                    reply, max_bytes=peer.frame_limits.for_kind, verifier=peer.server.verifier, call=sent
-                )
-            except (FrameError, AuthError) as exc:
-                raise TransportError(f"gradient push answered with a refused reply: {exc}") from exc
-            if isinstance(answer, ErrorReply):
-                raise TransportError(f"gradient push refused: {answer.error}")
+            await self._push(header, payload, peer_id, address, timeout)
             self.deliveries.acknowledged(barrier.step, payload.digest, peer_id)
 
         members = {p.peer_id for p in others}
@@ -273,6 +268,159 @@ class Averager:
             log.warning("averaging step %d attempt %d stalled: %s", barrier.step, barrier.attempt, exc)
             return
         await self._report(barrier, peer.peer_id, counted, mine, received)
+
+    async def _push(
+        self, header: PushGrads, payload: Payload, peer_id: int, address: str, timeout: float
+    ) -> None:
+        """Send one push to a member and check its signed acknowledgement."""
+        peer = self._peer
+        frame, sent = assemble_call(header, payload, peer.signer, receiver=peer_id)
+        reply = await peer.pool.request(address, frame, timeout, peer_id=peer_id)
+        try:
+            # A forged acknowledgement would hide a push that never arrived.
+            answer, _ = open_reply(
+                reply, max_bytes=peer.frame_limits.for_kind, verifier=peer.server.verifier, call=sent
+            )
+        except (FrameError, AuthError) as exc:
+            raise TransportError(f"gradient push answered with a refused reply: {exc}") from exc
+        if isinstance(answer, ErrorReply):
+            raise TransportError(f"gradient push refused: {answer.error}")
+
+    async def _butterfly(
+        self, barrier: StepBarrier, counted: list[str], own_gradients: Callable[[], Tensor]
+    ) -> None:
+        """This member's side of a butterfly round (`peer/butterfly.py`): its parts out, its own part
+        reduced and sent back to all, the reduced parts put together; then the report. A member
+        whose part does not come in time is named to the coordinator: a sender of this member's own
+        part if any is missing (an owner that lacks a part sends nothing, so a missing reduced part
+        says nothing of its owner then), else the owners whose reduced part is missing."""
+        peer = self._peer
+        server = peer.server
+        worker = server.worker
+        assert worker is not None
+        ids = sorted(p.peer_id for p in barrier.group)
+        parts = len(ids)
+        rank = {peer_id: index for index, peer_id in enumerate(ids)}
+        me = rank[peer.peer_id]
+        addresses = {p.peer_id: p.address for p in barrier.group}
+        others = [peer_id for peer_id in ids if peer_id != peer.peer_id]
+        length = worker.parameter_count
+        codec = peer.run.compression
+        lossless = get_codec(codec).lossless
+
+        def header(part: int, *, reduced: bool) -> PushGrads:
+            return PushGrads(
+                run_id=peer.run.run_id,
+                sender=peer.peer_id,
+                stage=barrier.stage,
+                step=barrier.step,
+                attempt=barrier.attempt,
+                counted=[] if reduced else counted,
+                part=part,
+                parts=parts,
+                reduced=reduced,
+            )
+
+        def cut() -> tuple[dict[int, Payload], Tensor]:
+            grads = own_gradients()
+            payloads: dict[int, Payload] = {}
+            mine = grads[slice(*part_range(length, parts, me))]
+            for peer_id in others:
+                piece = grads[slice(*part_range(length, parts, rank[peer_id]))]
+                payloads[peer_id], _ = contribution(header(rank[peer_id], reduced=False), piece, codec)
+            if not lossless:
+                _, mine = contribution(header(me, reduced=False), mine, codec)
+            return payloads, mine
+
+        payloads, mine = await server.compute(cut)
+        sent_bytes = sum(m.nbytes for payload in payloads.values() for m in payload.metas)
+        timeout = max(transfer_timeout_s(2 * sent_bytes), barrier.push_timeout_s or 0.0)
+        failures: dict[int, BaseException] = {}
+
+        async def push(part_header: PushGrads, payload: Payload, peer_id: int) -> None:
+            try:
+                await self._push(part_header, payload, peer_id, addresses[peer_id], timeout)
+            except TransportError as exc:
+                failures[peer_id] = exc
+
+        def reduce(received: dict[int, Part]) -> tuple[Payload, Tensor, dict[int, float]]:
+            pieces = {peer.peer_id: mine, **{sender: got.grads for sender, got in received.items()}}
+            norms = {sender: norm_sq(piece) for sender, piece in pieces.items()}
+            payload, decoded = contribution(header(me, reduced=True), reduce_part(pieces), codec)
+            return payload, decoded, norms
+
+        step, attempt = barrier.step, barrier.attempt
+        own_part = dict.fromkeys(others, me)
+        their_parts = {peer_id: rank[peer_id] for peer_id in others}
+        gathered: dict[int, Part] | None = None
+        try:
+            async with asyncio.timeout(timeout), asyncio.TaskGroup() as pushes:
+                for peer_id in others:
+                    pushes.create_task(push(header(rank[peer_id], reduced=False), payloads[peer_id], peer_id))
+                received = await server.parts.wait_for(step, attempt, own_part, reduced=False, parts=parts)
+                reduced_payload, reduced_mine, norms = await server.compute(lambda: reduce(received))
+                for peer_id in others:
+                    pushes.create_task(push(header(me, reduced=True), reduced_payload, peer_id))
+                gathered = await server.parts.wait_for(step, attempt, their_parts, reduced=True, parts=parts)
+        except TimeoutError:
+            if gathered is None:
+                await self._name_missing(barrier, own_part, their_parts, parts, timeout, failures)
+                return
+            # Every part came in and only this member's own pushes ran out of time: the members they
+            # were for name it.
+        if failures:
+            log.warning("butterfly step %d attempt %d: pushes failed: %s", step, attempt, failures)
+
+        def put_together() -> tuple[Tensor, float]:
+            total = assemble_parts({me: reduced_mine, **{rank[s]: got.grads for s, got in gathered.items()}})
+            return total, norm_sq(total)
+
+        total, total_norm_sq = await server.compute(put_together)
+        self._pending_sum[step] = (attempt, total)
+        log.info("stage %d step %d: averaged in a butterfly of %d members", barrier.stage, step, parts)
+        counted_by = {peer.peer_id: counted, **{sender: got.counted for sender, got in received.items()}}
+        await peer.control.send(
+            AveragingDone(
+                step=step,
+                attempt=attempt,
+                stage=barrier.stage,
+                contributors=ids,
+                counted=sorted({mb for listed in counted_by.values() for mb in listed}),
+                grad_sum_norm_sq=total_norm_sq,
+                contributions=[
+                    ContributionNorm(peer_id=sender, norm_sq=norms[sender], counted=counted_by[sender])
+                    for sender in ids
+                ],
+            )
+        )
+
+    async def _name_missing(
+        self,
+        barrier: StepBarrier,
+        own_part: dict[int, int],
+        their_parts: dict[int, int],
+        parts: int,
+        timeout: float,
+        failures: dict[int, BaseException],
+    ) -> None:
+        """Tell the coordinator whose parts did not come in time (`_butterfly`)."""
+        peer = self._peer
+        inbox = peer.server.parts
+        step, attempt = barrier.step, barrier.attempt
+        missing = set(own_part) - inbox.arrived(step, attempt, own_part, reduced=False, parts=parts)
+        if not missing:
+            missing = set(their_parts) - inbox.arrived(step, attempt, their_parts, reduced=True, parts=parts)
+        causes = "; ".join(f"push to {p} failed: {failures[p]}" for p in sorted(failures))
+        for peer_id in sorted(missing):
+            await peer.control.send(
+                PeerUnreachable(
+                    peer_id=peer_id,
+                    reason=f"no gradient part for step {step} within {timeout:.0f}s. {causes}"[:500],
+                )
+            )
+        log.warning(
+            "butterfly averaging step %d attempt %d stalled; missing %s", step, attempt, sorted(missing)
+        )
 
     async def _report(
         self,
@@ -344,10 +492,12 @@ class Averager:
 
     def _forget_through(self, step: int) -> None:
         self._peer.server.inbox.drop_through(step)
+        self._peer.server.parts.drop_through(step)
         self.deliveries.drop_through(step)
 
     def forget_sums(self) -> None:
         """The coordinator restarted or dropped this peer, and everyone's accumulated gradients were
         thrown away: no sum sent or received so far is anyone's contribution."""
         self._peer.server.inbox.clear()
+        self._peer.server.parts.clear()
         self.deliveries.clear()

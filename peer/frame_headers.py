@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from swarmhub.wire import Ticket
 
@@ -95,15 +95,36 @@ class ForwardBackwardCall(_StageCall):
     kind: Literal["forward_backward"] = "forward_backward"
 
 
+MAX_PARTS = 4096
+"""Members of one averaging round at most (as many as an `AveragingDone` lists)."""
+
+
 class PushGrads(_Envelope):
-    """A member's accumulated gradient sum for a step's averaging attempt."""
+    """A member's accumulated gradient sum for a step's averaging attempt, or in a butterfly round
+    one part of it (`peer/butterfly.py`)."""
 
     kind: Literal["push_grads"] = "push_grads"
     stage: Id
     step: Id
     attempt: Id
     counted: list[Name]
-    """The microbatch ids in the sum."""
+    """The microbatch ids in the sum (the sender's own, also in a part of it; none in a reduced part)."""
+    part: Annotated[int, Field(ge=0, lt=MAX_PARTS)] | None = None
+    """Butterfly: which of `parts` contiguous parts of the stage's flat gradients this is (the rank,
+    by peer id, of the member that sums it). None: the whole sum (all-to-all)."""
+    parts: int = Field(default=1, ge=1, le=MAX_PARTS)
+    reduced: bool = False
+    """Butterfly: the part summed over the whole group by the member it belongs to (the all-gather),
+    rather than one sender's own."""
+
+    @model_validator(mode="after")
+    def _a_part_of_the_parts(self) -> PushGrads:
+        if self.part is None:
+            if self.parts != 1 or self.reduced:
+                raise ValueError("a whole sum has no parts")
+        elif self.part >= self.parts:
+            raise ValueError(f"part {self.part} of {self.parts}")
+        return self
 
 
 class FetchState(_Envelope):

@@ -24,6 +24,7 @@ from swarmhub.wire import ArbitrationVerdict, RunSpec
 
 from .activation_store import ActivationStore
 from .averaging import GradientInbox
+from .butterfly import Part, PartInbox, part_range
 from .compute_queue import BOOKKEEPING_PRIORITY, CallKind, ComputeQueue, stage_call_priority
 from .faults import Fault
 from .frame_auth import AuthError, FrameSigner, SenderVerifier
@@ -102,6 +103,8 @@ class StageServer:
         self.max_bytes = max_bytes
         self.worker: StageWorker | None = None
         self.inbox = GradientInbox()
+        self.parts = PartInbox()
+        """Butterfly rounds' parts (`peer/butterfly.py`)."""
         self.seconds_per_sample: dict[str, float] = {}
         """EMA of compute seconds per sample, by call kind."""
         self.samples_done = 0
@@ -231,8 +234,19 @@ class StageServer:
         if isinstance(header, PushGrads):
             # Only the step this stage is at: an inbox never holds sums for steps that may never come.
             worker.check_step(header.step)
-            grads = self._tensor(tensors, "grads", (worker.parameter_count,), torch.float32)
-            await self.inbox.put(header.step, header.attempt, header.sender, grads, header.counted)
+            if header.part is None:
+                grads = self._tensor(tensors, "grads", (worker.parameter_count,), torch.float32)
+                await self.inbox.put(header.step, header.attempt, header.sender, grads, header.counted)
+                return self._reply(frame, GradsAck)
+            start, end = part_range(worker.parameter_count, header.parts, header.part)
+            part = Part(
+                attempt=header.attempt,
+                part=header.part,
+                parts=header.parts,
+                grads=self._tensor(tensors, "grads", (end - start,), torch.float32),
+                counted=header.counted,
+            )
+            await self.parts.put(header.step, header.sender, part, reduced=header.reduced)
             return self._reply(frame, GradsAck)
 
         if isinstance(header, FetchState):

@@ -214,6 +214,7 @@ class LiveSwarm:
                 heartbeat_interval_s=self._settings.heartbeat_interval_s,
                 checkpoint_every_steps=self._settings.checkpoint_every_steps,
                 averaging_deadline_s=self._settings.averaging_deadline_s,
+                butterfly_from_members=self._settings.butterfly_from_members,
             ),
             last_apply=updates,
             now=time.monotonic(),

@@ -1,6 +1,6 @@
-"""What an averaging round costs on the wire, computed per round (never per byte): SWARM's all-to-all
-exchange as `peer/averaging.py` makes it (or a butterfly, for the scale scenarios), and the ring
-all-reduce a data-parallel fixed pipeline would use.
+"""What an averaging round costs on the wire, computed per round (never per byte): SWARM's two
+exchanges as the peers make them, all-to-all (`peer/averaging.py`) for small rounds and a butterfly
+(`peer/butterfly.py`) for large ones, and the ring all-reduce a data-parallel fixed pipeline would use.
 
 All-to-all, as the peers do it: at the barrier each member pushes its whole gradient sum to the K-1
 others, one push after another through its one paced upload (`UploadPacer` queues them in the
@@ -13,7 +13,6 @@ attempt at the round pushes only the sums its members do not hold yet (`peer.ave
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -122,15 +121,16 @@ def all_to_all_round(
 
 
 def butterfly_round(members: Sequence[Pusher], wire_bytes: float, timeout_s: float) -> RoundOutcome:
-    """A reduce-scatter and all-gather among `members` (a pattern the peers do not use yet; the
-    scale scenarios assume it): each member sends and takes 2(K-1)/K sums' worth and every part
-    passes through every member, so a member too slow for the timeout is missed by all the others."""
+    """A reduce-scatter and all-gather among `members`, as `peer/butterfly.py` makes it: each member
+    sends and takes 2(K-1)/K sums' worth, directly to and from each other member (a latency each
+    way per phase), and every part passes through every member, so a member too slow for the
+    timeout is missed by all the others. A new attempt sends everything again (parts move with K)."""
     k = len(members)
     group = frozenset(m.peer_id for m in members)
     if k < 2:
         return RoundOutcome(group=group, reported=group, missed={}, ends_s=0.0)
     share = 2 * (k - 1) / k * wire_bytes
-    hops = 2 * math.ceil(math.log2(k))
+    hops = 2
     done = {m.peer_id: m.ready_s + share / min(m.upload, m.download) + hops * m.latency_s for m in members}
     late = frozenset(p for p, t in done.items() if t > timeout_s)
     if not late:

@@ -68,7 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmd.add_argument("--peers", type=int)
         cmd.add_argument("--duration", dest="duration_s", type=float, help="simulated seconds")
         cmd.add_argument("--seed", type=int)
-        cmd.add_argument("--averaging", choices=["all-to-all", "butterfly"])
+        cmd.add_argument(
+            "--averaging",
+            choices=["peers", "all-to-all", "butterfly"],
+            help="peers (the default): the coordinator's choice by a round's size; or every round so",
+        )
         cmd.add_argument("--target-batch-size", dest="target_batch_size", type=int)
         cmd.add_argument(
             "--bundle",

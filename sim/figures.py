@@ -31,7 +31,9 @@ SAMPLES_PER_PEER_PER_STEP = 13.1
 takes about as long at every size and each run closes many steps."""
 
 
-PATTERNS = ("butterfly", "all-to-all")
+PATTERNS = ("peers", "all-to-all")
+"""The coordinator's choice by a round's size (butterfly from `butterfly_from_members`), and every
+round all-to-all (what the peers did before `peer/butterfly.py`)."""
 
 
 def _run(scenario: Scenario) -> RunReport:
@@ -79,8 +81,8 @@ def failure_sweep(quick: bool) -> tuple[list[dict[str, Any]], Callable[[Any], No
 
 
 def scale(quick: bool) -> tuple[list[dict[str, Any]], Callable[[Any], None]]:
-    """Each size twice: averaging in a butterfly (what a stage of hundreds would need) and all-to-all
-    (what the peers do today, `peer/averaging.py`)."""
+    """Each size twice: averaging as the coordinator chooses it by a round's size (`PATTERNS`), and
+    every round all-to-all."""
     base = SCENARIOS["scale-10k"]
     sizes = (100, 1000, 10_000)
     duration = 2 * 3600.0

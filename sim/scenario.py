@@ -18,14 +18,19 @@ from swarmhub.settings import PeerSettings, ServerSettings
 Mode = Literal["swarm", "static", "fixed"]
 """swarm: SWARM with rebalancing; static: SWARM without rebalancing (joiners still go to the weakest
 stage); fixed: one peer per stage, restarted from the last checkpoint whenever a member dies."""
-AveragingPattern = Literal["all-to-all", "butterfly"]
-"""all-to-all: each member sends its sum to every other (what `peer/averaging.py` does: (K-1) sums
-out per member); butterfly: a reduce-scatter and all-gather (two sums' worth per member)."""
+AveragingPattern = Literal["peers", "all-to-all", "butterfly"]
+"""peers: as the coordinator chooses by a round's size (`averaging_pattern`: all-to-all under
+`butterfly_from_members`, a butterfly from there); all-to-all: every round so, each member sending
+its sum to every other ((K-1) sums out per member); butterfly: every round a reduce-scatter and
+all-gather (two sums' worth per member, `peer/butterfly.py`)."""
 
 CALL_TIMEOUT_S: float = PeerSettings.model_fields["call_timeout_s"].default
 HEARTBEAT_TIMEOUT_S: float = ServerSettings.model_fields["heartbeat_timeout_s"].default
 HEARTBEAT_INTERVAL_S: float = ServerSettings.model_fields["heartbeat_interval_s"].default
 AVERAGING_DEADLINE_S: float = ServerSettings.model_fields["averaging_deadline_s"].default
+BUTTERFLY_FROM_MEMBERS: int = ServerSettings.model_fields["butterfly_from_members"].default
+ALL_TO_ALL_ALWAYS = 1 << 30
+"""A threshold no round reaches."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,12 +54,22 @@ class Scenario:
     seed: int = 0
     rate_noise: float = 0.05
     """Relative spread of a peer's reported rate around its true one (a heartbeat's reading)."""
-    averaging: AveragingPattern = "all-to-all"
+    averaging: AveragingPattern = "peers"
+    butterfly_from_members: int = BUTTERFLY_FROM_MEMBERS
     call_timeout_s: float = CALL_TIMEOUT_S
     heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
     averaging_deadline_s: float = AVERAGING_DEADLINE_S
     """The least time an averaging round gets before it goes on without the members holding it up."""
+
+    @property
+    def butterfly_from(self) -> int:
+        """The threshold the coordinator's pattern choice is given: the setting, or one that forces
+        every round into the pattern named."""
+        if self.averaging == "butterfly":
+            return 2
+        return ALL_TO_ALL_ALWAYS if self.averaging == "all-to-all" else self.butterfly_from_members
+
     join_spread_s: float = 5.0
     sample_every_s: float = 60.0
     """Length of the intervals the report's time series is cut into."""
@@ -196,7 +211,6 @@ def _scenarios() -> dict[str, Scenario]:
         peers=10_000,
         mix=SPOT,
         mean_lifetime_s=4 * 3600.0,
-        averaging="butterfly",
         duration_s=3 * 3600.0,
         join_spread_s=60.0,
         sample_every_s=300.0,

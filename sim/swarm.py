@@ -11,8 +11,9 @@ readings under the conditions of `Membership._maybe_rebalance`; the step's books
 What is modelled: a peer is a single FIFO server whose call occupies it for the longer of its
 compute (FLOPs over its device's speed) and its transfer (the call's bytes over its link), with the
 link's latency each way; a copy of a stage's state takes its bytes over the slower of the two links.
-Averaging is computed per round (`sim.averaging`): each member pushes its sum to the K-1 others
-through its upload, one after another, and takes theirs through its download; members give
+Averaging is computed per round (`sim.averaging`), in the pattern the coordinator gives the round
+(`averaging_pattern`): all-to-all, each member pushes its sum to the K-1 others through its upload,
+one after another, and takes theirs through its download; a butterfly, two sums' worth; members give
 up at the barrier's push allowance (`push_allowance_s`) and the round goes on without whoever held
 it up at the coordinator's deadline (`round_limit_s`, `AveragingRound.going_on_without`), their
 samples lost, as `StepCycle._expire_rounds` does. A peer dies silently: its calls
@@ -46,7 +47,14 @@ from peer.concurrency import chain_seconds, microbatches_in_flight
 from peer.routing import StageRouter
 from peer.trainer import MAX_ATTEMPTS_PER_CALL, NO_PEER_PATIENCE_S, NO_PEER_WAIT_S
 from peer.transport import transfer_timeout_s
-from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
+from server.policies.averaging import (
+    AveragingRound,
+    averaging_pattern,
+    own_push_sums,
+    push_allowance_s,
+    pushing_rate,
+    round_limit_s,
+)
 from server.policies.averaging_pace import RoundBudget, StepAveraging, round_s, slower_upload, step_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.join_hold import barrier_waits, holds_the_step, waits_for_loader
@@ -348,7 +356,14 @@ class SwarmSim:
             collect_s = step_s(self.sc.target_batch_size, min(self.stage_claims), 0.0)
             self.join_rounds = (
                 self.now,
-                RoundBudget(counts, slowest, self._wire_gradient_bytes, collect_s, self.round_times.scales()),
+                RoundBudget(
+                    counts,
+                    slowest,
+                    self._wire_gradient_bytes,
+                    collect_s,
+                    self.round_times.scales(),
+                    self.sc.butterfly_from,
+                ),
             )
         rounds = self.join_rounds[1]
         stage = choose_stage(
@@ -837,10 +852,11 @@ class SwarmSim:
         stage_bytes = sum(model.gradient_bytes) / self.S
         rates = [pushing_rate(self._link_reading(p), peers[p].rounds_held_up) for p in group]
         slowest = min((r for r in rates if r is not None), default=None)
-        allowance = push_allowance_s(stage_bytes, len(group), slowest)
+        round_.pattern = averaging_pattern(len(group), self.sc.butterfly_from)
+        allowance = push_allowance_s(stage_bytes, len(group), slowest, round_.pattern)
         if round_.attempt == 0:
-            self.round_modelled[stage] = round_s(len(group), wire, slowest)
-        timeout = max(transfer_timeout_s(int(wire * len(group))), allowance)
+            self.round_modelled[stage] = round_s(len(group), wire, slowest, self.sc.butterfly_from)
+        timeout = max(transfer_timeout_s(int(wire * own_push_sums(round_.pattern, len(group)))), allowance)
         members = [
             Pusher(
                 peer_id=p,
@@ -855,7 +871,7 @@ class SwarmSim:
             for p in group
         ]
         limit = round_limit_s(self.sc.averaging_deadline_s, allowance)
-        if self.sc.averaging == "butterfly":
+        if round_.pattern == "butterfly":
             return butterfly_round(members, wire, timeout), limit
         return all_to_all_round(members, wire, timeout, held), limit
 
@@ -1025,6 +1041,7 @@ class SwarmSim:
                 batch_size=self.sc.target_batch_size,
                 round_scale=self.round_times.scales(),
                 round_measured_s=self.round_times.measured_s(),
+                butterfly_from=self.sc.butterfly_from,
             ),
         )
         if plan is None:

@@ -77,6 +77,10 @@ class ServerSettings(BaseSettings):
     averaging_deadline_s: float = Field(default=60.0, gt=0)
     """The least time a stage's gradient averaging gets before it goes on without the peers holding it up
     (more for big stages: twice what a peer allows itself to push its gradients)."""
+    butterfly_from_members: int = Field(default=9, ge=2, le=4097)
+    """A stage's round with at least this many members averages in a butterfly (each member sends and
+    takes two sums' worth, whatever the size) instead of all-to-all (K-1 sums each way, but every
+    member adds every contribution itself and reports its norm, the stronger check on strangers)."""
     fault_point: str = Field(default="", pattern=r"^((averaged|recorded|applying|opened)@\d+)?$")
     """Testing aid, never for production: `POINT@STEP` makes the coordinator exit abruptly at that phase
     boundary of that step (averaged: before the step is written; recorded: written, no update sent;

@@ -52,6 +52,10 @@ Reason = Annotated[str, Field(max_length=500)]
 Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 """SHA-256 of a frame's payload, hex."""
 CallKind = Literal["forward", "backward", "forward_backward"]
+AveragingPattern = Literal["all_to_all", "butterfly"]
+"""How a stage's members exchange their sums (`server.policies.averaging.averaging_pattern`):
+all_to_all, each member pushes its whole sum to the K-1 others and adds them itself; butterfly, a
+reduce-scatter and all-gather, each member sums one K-th of the stage's gradients and sends it back."""
 Discrepancy = Annotated[float, Field(ge=0, le=1e30)]
 """How far two results of one stage call are apart: relative L2 distance of their tensors (and of
 the loss), `peer/spot_checks.py`."""
@@ -216,7 +220,9 @@ class AveragingDone(Message):
     """Squared L2 norm of the stage's summed (not yet divided) gradient, for clipping by global norm."""
     contributions: list[ContributionNorm] = Field(default_factory=list, max_length=4096)
     """Each contributor's sum as this member decoded it: the coordinator rejects a contribution out of
-    all proportion to the samples it counts before the step is applied."""
+    all proportion to the samples it counts before the step is applied. In a butterfly round, each
+    contributor's part of the gradients this member summed: squared norms of disjoint parts add up to
+    the whole's."""
 
 
 class StepApplied(Message):
@@ -418,6 +424,7 @@ class StepBarrier(Message):
     """How long members give the exchange before giving up on a member
     (`server.policies.averaging.push_allowance_s`): longer than a peer assumes on its own when a
     member's link was measured slower. None: the peer's own allowance."""
+    pattern: AveragingPattern = "all_to_all"
 
 
 class ApplyStep(Message):

@@ -6,6 +6,9 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from swarmhub.settings import ServerSettings
+from swarmhub.wire import AveragingPattern
+
 NORM_RTOL = 1e-6
 NORM_ATOL = 1e-12
 """Members add the same decoded contributions in the same order, so their sums are bit-identical
@@ -26,6 +29,8 @@ class AveragingRound:
     stage: int
     attempt: int
     group: frozenset[int]
+    pattern: AveragingPattern = "all_to_all"
+    """How this attempt's members exchange their sums, as its barrier told them."""
     reports: dict[int, tuple[frozenset[int], frozenset[str]]] = field(default_factory=dict)
     norms_sq: dict[int, float] = field(default_factory=dict)
     missing: dict[int, frozenset[int]] = field(default_factory=dict)
@@ -146,6 +151,27 @@ class AveragingRound:
         return AveragingRound(stage=self.stage, attempt=self.attempt + 1, group=self.group - set(peer_ids))
 
 
+BUTTERFLY_FROM_MEMBERS: int = ServerSettings.model_fields["butterfly_from_members"].default
+"""Rounds of this many members or more average in a butterfly (the coordinator's setting)."""
+
+
+def averaging_pattern(members: int, butterfly_from: int = BUTTERFLY_FROM_MEMBERS) -> AveragingPattern:
+    """How a round of `members` exchanges its sums. All-to-all sends each member's whole sum to the
+    K-1 others: every member adds every contribution itself, so each contribution's norm is reported
+    by K-1 members and a liar among them cannot move the median; but a member's traffic grows with K,
+    and in the simulator a 300-member stage (10,000 peers over 32 stages) never finished a round. A
+    butterfly sends and takes 2(K-1)/K sums per member whatever K: each member sums one K-th of
+    every contribution and sends that part back to all."""
+    return "butterfly" if members >= butterfly_from else "all_to_all"
+
+
+def sums_each_way(pattern: AveragingPattern, members: int) -> float:
+    """Sums' worth a member of a round of `members` sends, and as many it takes."""
+    if members < 2:
+        return 0.0
+    return 2 * (members - 1) / members if pattern == "butterfly" else float(members - 1)
+
+
 PUSH_BASE_S = 10.0
 ASSUMED_LINK_BYTES_PER_S = 5e6
 """What a peer allows itself to push a stage's gradients with no word from the coordinator
@@ -155,16 +181,25 @@ SLOWEST_LINK_WAITED_FOR = ASSUMED_LINK_BYTES_PER_S / 10
 links would otherwise hold every step for minutes)."""
 
 
-def push_allowance_s(stage_bytes: float, members: int, slowest_link: float | None) -> float:
+def own_push_sums(pattern: AveragingPattern, members: int) -> float:
+    """The sums' worth a peer sizes its own allowance by (`peer.transport.transfer_timeout_s`): the
+    whole group's for all-to-all (a margin over the K-1 it sends), two for a butterfly."""
+    return float(members) if pattern == "all_to_all" else 2.0
+
+
+def push_allowance_s(
+    stage_bytes: float, members: int, slowest_link: float | None, pattern: AveragingPattern = "all_to_all"
+) -> float:
     """Seconds the members of a round of `members` give their exchange before they give up on a
     member: what a peer allows itself by default, or, if a member's link was measured slower, what
-    that member needs to push its sum to the K-1 others and take theirs (links are measured as
-    bytes both ways per second: 2(K-1) sums), at a rate no lower than `SLOWEST_LINK_WAITED_FOR`."""
-    own = PUSH_BASE_S + stage_bytes * members / ASSUMED_LINK_BYTES_PER_S
+    that member needs to send its share and take the others' (links are measured as bytes both ways
+    per second: 2(K-1) sums all-to-all, 4(K-1)/K in a butterfly), at a rate no lower than
+    `SLOWEST_LINK_WAITED_FOR`."""
+    own = PUSH_BASE_S + stage_bytes * own_push_sums(pattern, members) / ASSUMED_LINK_BYTES_PER_S
     if slowest_link is None:
         return own
     rate = max(slowest_link, SLOWEST_LINK_WAITED_FOR)
-    return max(own, PUSH_BASE_S + 2 * (members - 1) * stage_bytes / rate)
+    return max(own, PUSH_BASE_S + 2 * sums_each_way(pattern, members) * stage_bytes / rate)
 
 
 def pushing_rate(link: float | None, rounds_held_up: int) -> float | None:

@@ -1,12 +1,14 @@
 """Whose upload paces a step's averaging, and which moves keep slow uplinks off heavy stages.
 
-Averaging is all-to-all (`peer/averaging.py`): at the barrier each member pushes its stage's
-gradient sum to the K - 1 others, one push after another through its upload. A stage's round lasts
-about (K - 1) x sum bytes / its slowest member's upload, and the next step collects only when every
-stage's round is done, so the longest round is added to every step. Rates alone place a peer by
-what it computes and what its links carry per sample: in the simulator's churn-100 swarm they put
-three T4s on 20 Mbit/s links in the 29-member head stage (14 MB sums), whose round then took 157 s
-against 7-60 s of collecting; on a middle stage (1.3 MB sums) the same peers push in a few seconds.
+Averaging is all-to-all in small rounds (`peer/averaging.py`): at the barrier each member pushes its
+stage's gradient sum to the K - 1 others, one push after another through its upload; rounds of
+`BUTTERFLY_FROM_MEMBERS` or more go in a butterfly, 2(K - 1)/K sums each (`peer/butterfly.py`). A
+stage's round lasts about that many sums' bytes / its slowest member's upload, and the next step
+collects only when every stage's round is done, so the longest round is added to every step.
+Rates alone place a peer by what it computes and what its links carry per sample: in the
+simulator's churn-100 swarm they put three T4s on 20 Mbit/s links in the 29-member head stage
+(14 MB sums), whose round then took 157 s against 7-60 s of collecting; on a middle stage (1.3 MB
+sums) the same peers push in a few seconds.
 
 Two rules, both pure, which `rebalance.choose_moves` applies when given a `StepAveraging`:
 - `RoundBudget.admits`: a move planned for rates may not make its new stage's round longer than
@@ -41,6 +43,8 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from server.policies.averaging import BUTTERFLY_FROM_MEMBERS, averaging_pattern, sums_each_way
+
 
 @dataclass(frozen=True, kw_only=True)
 class StepAveraging:
@@ -56,6 +60,8 @@ class StepAveraging:
     """Per stage, how long its timed rounds took (`round_timing.RoundTimes.measured_s`); None or
     missing: never timed. Members leave a stage for averaging only if its rounds took longer than
     the step's collecting."""
+    butterfly_from: int = BUTTERFLY_FROM_MEMBERS
+    """Rounds of this many members go in a butterfly (the coordinator's setting)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,12 +76,18 @@ class Uplink:
     """Samples/s it serves on its stage: of members as fast to push, the least served leaves first."""
 
 
-def round_s(members: int, gradient_bytes: float, slowest_upload: float | None) -> float:
-    """Seconds an all-to-all round of `members` takes at its slowest member's upload (0: nothing to
-    push, or no upload measured)."""
+def round_s(
+    members: int,
+    gradient_bytes: float,
+    slowest_upload: float | None,
+    butterfly_from: int = BUTTERFLY_FROM_MEMBERS,
+) -> float:
+    """Seconds a round of `members` takes at its slowest member's upload, in the pattern the
+    coordinator gives it (`averaging_pattern`; 0: nothing to push, or no upload measured)."""
     if members < 2 or slowest_upload is None or slowest_upload <= 0:
         return 0.0
-    return (members - 1) * gradient_bytes / slowest_upload
+    sums = sums_each_way(averaging_pattern(members, butterfly_from), members)
+    return sums * gradient_bytes / slowest_upload
 
 
 def scale_of(round_scale: Sequence[float | None], stage: int) -> float:
@@ -104,6 +116,7 @@ class RoundBudget:
         gradient_bytes: Sequence[float],
         collect_s: float,
         round_scale: Sequence[float | None] = (),
+        butterfly_from: int = BUTTERFLY_FROM_MEMBERS,
     ) -> None:
         """The budget of stages with these member counts and slowest uploads (`slower_upload`): all
         a budget keeps of its members, which a caller going over them anyway tallies as it goes (the
@@ -111,6 +124,7 @@ class RoundBudget:
         peers in a large swarm)."""
         if not len(counts) == len(slowest) == len(gradient_bytes):
             raise ValueError("need one count, one slowest upload and one sum size per stage")
+        self.butterfly_from = butterfly_from
         self.gradient_bytes = list(gradient_bytes)
         self.scale = [scale_of(round_scale, s) for s in range(len(gradient_bytes))]
         self.counts = list(counts)
@@ -126,23 +140,26 @@ class RoundBudget:
         gradient_bytes: Sequence[float],
         collect_s: float,
         round_scale: Sequence[float | None] = (),
+        butterfly_from: int = BUTTERFLY_FROM_MEMBERS,
     ) -> RoundBudget:
         counts = [0] * len(gradient_bytes)
         slowest: list[float | None] = [None] * len(gradient_bytes)
         for u in uplinks:
             counts[u.stage] += 1
             slowest[u.stage] = slower_upload(slowest[u.stage], u.upload)
-        return cls(counts, slowest, gradient_bytes, collect_s, round_scale)
+        return cls(counts, slowest, gradient_bytes, collect_s, round_scale, butterfly_from)
 
     def round_of(self, stage: int) -> float:
         return self.scale[stage] * round_s(
-            self.counts[stage], self.gradient_bytes[stage], self.slowest[stage]
+            self.counts[stage], self.gradient_bytes[stage], self.slowest[stage], self.butterfly_from
         )
 
     def round_joined(self, stage: int, upload: float | None) -> float:
         """`stage`'s round with one member more, pushing at `upload`."""
         slowest = slower_upload(self.slowest[stage], upload)
-        return self.scale[stage] * round_s(self.counts[stage] + 1, self.gradient_bytes[stage], slowest)
+        return self.scale[stage] * round_s(
+            self.counts[stage] + 1, self.gradient_bytes[stage], slowest, self.butterfly_from
+        )
 
     def admits(self, stage: int, upload: float | None) -> bool:
         return self.round_joined(stage, upload) <= self.budget_s
@@ -211,6 +228,7 @@ def choose_pace_moves(
     horizon_s: float,
     round_scale: Sequence[float | None] = (),
     round_measured_s: Sequence[float | None] = (),
+    butterfly_from: int = BUTTERFLY_FROM_MEMBERS,
 ) -> PacePlan | None:
     """Moves of members off the stages whose rounds are the step's longest, or None.
 
@@ -256,7 +274,7 @@ def choose_pace_moves(
     scale = [scale_of(round_scale, t) for t in range(num_stages)]
 
     def round_at(t: int, members: int, slowest_upload: float | None) -> float:
-        return scale[t] * round_s(members, gradient_bytes[t], slowest_upload)
+        return scale[t] * round_s(members, gradient_bytes[t], slowest_upload, butterfly_from)
 
     def rounds() -> list[float]:
         return [round_at(t, counts[t], slowest(t)) for t in range(num_stages)]

@@ -250,7 +250,14 @@ class Membership(StepCycle):
             at=now,
             rates=rates,
             counts=counts,
-            rounds=RoundBudget(counts, slowest, self._push_bytes(), collect_s, self.round_times.scales()),
+            rounds=RoundBudget(
+                counts,
+                slowest,
+                self._push_bytes(),
+                collect_s,
+                self.round_times.scales(),
+                self.settings.butterfly_from_members,
+            ),
         )
 
     def _reachability(self, member: Member, problem: str | None, *, benched_s: float) -> bool:
@@ -549,6 +556,7 @@ class Membership(StepCycle):
                 batch_size=spec.target_batch_size,
                 round_scale=self.round_times.scales(),
                 round_measured_s=self.round_times.measured_s(),
+                butterfly_from=self.settings.butterfly_from_members,
             ),
         )
         if plan is None:

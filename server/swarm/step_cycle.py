@@ -19,7 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from server.policies.averaging import AveragingRound, push_allowance_s, pushing_rate, round_limit_s
+from server.policies.averaging import (
+    BUTTERFLY_FROM_MEMBERS,
+    AveragingRound,
+    averaging_pattern,
+    push_allowance_s,
+    pushing_rate,
+    round_limit_s,
+)
 from server.policies.averaging_pace import round_s
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.join_hold import barrier_waits, waits_for_loader
@@ -73,6 +80,8 @@ class MachineSettings:
     checkpoint_every_steps: int
     averaging_deadline_s: float
     """The least time an averaging round gets before it goes on without the members holding it up."""
+    butterfly_from_members: int = BUTTERFLY_FROM_MEMBERS
+    """Rounds of this many members or more average in a butterfly (`averaging_pattern`)."""
 
 
 class StepCycle:
@@ -225,9 +234,12 @@ class StepCycle:
         members = [self.members[p] for p in sorted(round_.group) if p in self.members]
         links = [r for m in members if (r := pushing_rate(m.inbound_link, m.rounds_held_up)) is not None]
         slowest = min(links, default=None)
-        allowance = push_allowance_s(self._stage_gradient_bytes(), len(members), slowest)
+        butterfly_from = self.settings.butterfly_from_members
+        round_.pattern = averaging_pattern(len(members), butterfly_from)
+        allowance = push_allowance_s(self._stage_gradient_bytes(), len(members), slowest, round_.pattern)
         if round_.attempt == 0:
-            self.round_modelled[stage] = round_s(len(members), self._push_bytes()[stage], slowest)
+            pushed = self._push_bytes()[stage]
+            self.round_modelled[stage] = round_s(len(members), pushed, slowest, butterfly_from)
         self.push_allowance[stage] = allowance
         barrier = StepBarrier(
             step=self.book.step,
@@ -235,6 +247,7 @@ class StepCycle:
             stage=stage,
             group=[m.endpoint() for m in members],
             push_timeout_s=allowance,
+            pattern=round_.pattern,
         )
         self._out.append(do.Send(peer_ids=tuple(m.peer_id for m in members), message=barrier))
 

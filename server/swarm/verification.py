@@ -11,7 +11,8 @@ not rejoin the run.
 from __future__ import annotations
 
 import random
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Callable
 from typing import Any
 
 from server.policies.arbitration import (
@@ -266,20 +267,11 @@ class Verification(Membership):
         self._contributions[message.stage] = (round_.attempt, reports)
         if not round_.complete() or self.phase != Phase.AVERAGING:
             return
-        contributions: dict[int, tuple[float, int]] = {}
-        for contributor in round_.group:
-            # Each member's view of the contributor's sum, the contributor's own only as a last resort:
-            # receivers decode the same bytes, so their figures agree whatever the contributor claims.
-            views = [
-                c
-                for reporter, listed in reports.items()
-                if reporter != contributor
-                for c in listed
-                if c.peer_id == contributor
-            ] or [c for c in reports.get(contributor, []) if c.peer_id == contributor]
-            if views:
-                view = sorted(views, key=lambda c: c.norm_sq)[len(views) // 2]
-                contributions[contributor] = (view.norm_sq, self.book.samples_of(view.counted))
+        contributions = (
+            _butterfly_contributions(round_.group, reports, self.book.samples_of)
+            if round_.pattern == "butterfly"
+            else _all_to_all_contributions(round_.group, reports, self.book.samples_of)
+        )
         history = self._norm_history.setdefault(message.stage, deque(maxlen=NORM_HISTORY))
         flagged = out_of_proportion(contributions, list(history))
         del self._contributions[message.stage]
@@ -345,3 +337,41 @@ class Verification(Membership):
         self._event("peer_faulty", f"{target.name} banned as faulty: {reason}", target, **data)
         self._forget(target, now, distrusted=True)
         self._depart(target, PeerState.BANNED, f"faulty: {reason}")
+
+
+def _all_to_all_contributions(
+    group: frozenset[int], reports: dict[int, list[ContributionNorm]], samples_of: Callable[[list[str]], int]
+) -> dict[int, tuple[float, int]]:
+    """Contributor -> (squared norm, samples counted) from an all-to-all round: the median of the
+    other members' views, the contributor's own only as a last resort (receivers decode the same
+    bytes, so their figures agree whatever the contributor claims)."""
+    contributions: dict[int, tuple[float, int]] = {}
+    for contributor in group:
+        views = [
+            c
+            for reporter, listed in reports.items()
+            if reporter != contributor
+            for c in listed
+            if c.peer_id == contributor
+        ] or [c for c in reports.get(contributor, []) if c.peer_id == contributor]
+        if views:
+            view = sorted(views, key=lambda c: c.norm_sq)[len(views) // 2]
+            contributions[contributor] = (view.norm_sq, samples_of(view.counted))
+    return contributions
+
+
+def _butterfly_contributions(
+    group: frozenset[int], reports: dict[int, list[ContributionNorm]], samples_of: Callable[[list[str]], int]
+) -> dict[int, tuple[float, int]]:
+    """Contributor -> (squared norm, samples counted) from a butterfly round: each member summed one
+    part of every contribution, and the parts' squared norms add up to the whole's. There is one view
+    of each part, so a member that lies about a part it summed moves that contributor's figure; the
+    samples counted are the ones most members list (each got them with the contributor's own part)."""
+    contributions: dict[int, tuple[float, int]] = {}
+    for contributor in group:
+        views = [c for listed in reports.values() for c in listed if c.peer_id == contributor]
+        if not views:
+            continue
+        counted = Counter(tuple(c.counted) for c in views).most_common(1)[0][0]
+        contributions[contributor] = (sum(c.norm_sq for c in views), samples_of(list(counted)))
+    return contributions

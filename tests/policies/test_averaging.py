@@ -11,9 +11,11 @@ from server.policies.averaging import (
     PUSH_BASE_S,
     SLOWEST_LINK_WAITED_FOR,
     AveragingRound,
+    averaging_pattern,
     push_allowance_s,
     pushing_rate,
     round_limit_s,
+    sums_each_way,
 )
 
 GROUP = frozenset({1, 2, 3})
@@ -269,6 +271,48 @@ def test_push_allowance_follows_the_slowest_measured_link(
     members: int, slowest_link: float | None, allowance: float
 ) -> None:
     assert push_allowance_s(8 * MB, members, slowest_link) == pytest.approx(allowance)
+
+
+@pytest.mark.parametrize(
+    ("members", "butterfly_from", "pattern", "sums"),
+    [
+        pytest.param(1, 9, "all_to_all", 0.0, id="a lone member sends nothing"),
+        pytest.param(8, 9, "all_to_all", 7.0, id="under the threshold: K-1 whole sums"),
+        pytest.param(9, 9, "butterfly", 16 / 9, id="at the threshold: 2(K-1)/K"),
+        pytest.param(
+            312, 9, "butterfly", 2 * 311 / 312, id="a stage of 10,000 peers over 32: under two sums"
+        ),
+        pytest.param(2, 2, "butterfly", 1.0, id="two members, threshold 2"),
+    ],
+)
+def test_large_rounds_go_in_a_butterfly_whose_traffic_does_not_grow_with_k(
+    members: int, butterfly_from: int, pattern: str, sums: float
+) -> None:
+    assert averaging_pattern(members, butterfly_from) == pattern
+    assert sums_each_way(averaging_pattern(members, butterfly_from), members) == pytest.approx(sums)
+
+
+@pytest.mark.parametrize(
+    ("members", "slowest_link", "allowance"),
+    [
+        pytest.param(300, None, PUSH_BASE_S + 2 * 8 * MB / ASSUMED_LINK_BYTES_PER_S, id="no link: two sums"),
+        pytest.param(
+            300, 1 * MB, PUSH_BASE_S + 4 * 299 / 300 * 8 * MB / MB, id="a slow member: 4(K-1)/K sums"
+        ),
+        pytest.param(
+            9,
+            1e3,
+            PUSH_BASE_S + 4 * 8 / 9 * 8 * MB / SLOWEST_LINK_WAITED_FOR,
+            id="a choked member is not waited for",
+        ),
+    ],
+)
+def test_a_butterfly_rounds_allowance_is_its_two_sums_each_way(
+    members: int, slowest_link: float | None, allowance: float
+) -> None:
+    assert push_allowance_s(8 * MB, members, slowest_link, "butterfly") == pytest.approx(allowance)
+    # All-to-all would give a 300-member round ~150x as long.
+    assert push_allowance_s(8 * MB, members, slowest_link, "all_to_all") > allowance
 
 
 @pytest.mark.parametrize(

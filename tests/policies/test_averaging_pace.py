@@ -11,6 +11,7 @@ from server.policies.averaging_pace import (
     MOST_PACE_MOVES,
     STAYING_MEMBERS,
     RoundBudget,
+    StepAveraging,
     Uplink,
     averaging_budget_s,
     choose_pace_moves,
@@ -23,6 +24,9 @@ SLOW, BROADBAND, FAST = 2.5 * MB, 12.5 * MB, 125 * MB
 """20 Mbit/s, 100 Mbit/s and 1 Gbit/s uploads."""
 HEAVY, LIGHT = 14 * MB, 1.3 * MB
 """swarm-ref's head stage's int8 gradient sum, and a middle stage's, at 8 stages."""
+ALL_TO_ALL = 10_000
+"""A butterfly threshold no stage here reaches: these rules are pinned for all-to-all rounds, whose
+K-1 pushes make a large stage's round long (a butterfly's is two sums whatever K)."""
 
 
 def uplinks(*stages: Sequence[float | None]) -> list[Uplink]:
@@ -44,12 +48,32 @@ def uplinks(*stages: Sequence[float | None]) -> list[Uplink]:
     ],
 )
 def test_round_s(members: int, gradient_bytes: float, slowest: float | None, expected: float) -> None:
-    assert round_s(members, gradient_bytes, slowest) == pytest.approx(expected)
+    assert round_s(members, gradient_bytes, slowest, butterfly_from=ALL_TO_ALL) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("members", "butterfly_from", "expected"),
+    [
+        pytest.param(8, 9, 7 * HEAVY / SLOW, id="under the threshold: all-to-all"),
+        pytest.param(9, 9, 2 * 8 / 9 * HEAVY / SLOW, id="at the threshold: two sums' worth"),
+        pytest.param(300, 9, 2 * 299 / 300 * HEAVY / SLOW, id="300 members: still under two sums"),
+        pytest.param(2, 2, HEAVY / SLOW, id="two members in a butterfly: half a sum each way, twice"),
+    ],
+)
+def test_round_s_of_a_butterfly(members: int, butterfly_from: int, expected: float) -> None:
+    assert round_s(members, HEAVY, SLOW, butterfly_from=butterfly_from) == pytest.approx(expected)
+
+
+def test_the_default_threshold_is_the_coordinators_setting() -> None:
+    assert RoundBudget([9], [SLOW], [HEAVY], collect_s=0.0).rounds == [round_s(9, HEAVY, SLOW, 9)]
+    assert StepAveraging(gradient_bytes=[HEAVY], batch_size=1).butterfly_from == 9
 
 
 def test_a_stage_round_is_paced_by_its_slowest_measured_member() -> None:
     peers = uplinks([FAST, None, BROADBAND], [SLOW, FAST], [None, None], [FAST])
-    rounds = RoundBudget.of_uplinks(peers, [HEAVY, LIGHT, HEAVY, HEAVY], collect_s=0.0).rounds
+    rounds = RoundBudget.of_uplinks(
+        peers, [HEAVY, LIGHT, HEAVY, HEAVY], collect_s=0.0, butterfly_from=ALL_TO_ALL
+    ).rounds
     assert rounds == pytest.approx([2 * HEAVY / BROADBAND, LIGHT / SLOW, 0.0, 0.0])
 
 
@@ -82,14 +106,14 @@ def test_round_budget_admits_only_who_keeps_the_step_averaging_as_long(
     stage: int, upload: float | None, admitted: bool
 ) -> None:
     peers = uplinks([FAST] * 4, [BROADBAND] * 10, [FAST] * 3)
-    budget = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0)
+    budget = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, butterfly_from=ALL_TO_ALL)
     assert budget.budget_s == pytest.approx(9 * HEAVY / BROADBAND)
     assert budget.admits(stage, upload) is admitted
 
 
 def test_round_budget_sees_the_members_a_plan_already_added() -> None:
     peers = uplinks([FAST] * 2, [FAST] * 8)
-    budget = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY], collect_s=1.0)
+    budget = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY], collect_s=1.0, butterfly_from=ALL_TO_ALL)
     # Stage 1's round, 7 x 14 MB at 1 Gbit/s = 0.78 s, is under the second of collecting.
     assert budget.admits(1, FAST)
     budget.join(1, FAST)
@@ -110,8 +134,8 @@ def test_a_budget_of_stage_tallies_is_the_budget_of_their_uplinks(stages: list[l
     scale = [None, 0.5, 2.0, None]
     counts = [len(members) for members in stages]
     slowest = [min((u for u in members if u is not None), default=None) for members in stages]
-    whole = RoundBudget.of_uplinks(peers, sizes, collect_s=3.0, round_scale=scale)
-    tallied = RoundBudget(counts, slowest, sizes, collect_s=3.0, round_scale=scale)
+    whole = RoundBudget.of_uplinks(peers, sizes, collect_s=3.0, round_scale=scale, butterfly_from=ALL_TO_ALL)
+    tallied = RoundBudget(counts, slowest, sizes, collect_s=3.0, round_scale=scale, butterfly_from=ALL_TO_ALL)
     assert (tallied.counts, tallied.slowest, tallied.rounds, tallied.budget_s) == (
         whole.counts,
         whole.slowest,
@@ -128,7 +152,7 @@ def test_a_budget_of_stage_tallies_is_the_budget_of_their_uplinks(stages: list[l
 
 def test_a_budget_of_stage_tallies_needs_one_of_each_per_stage() -> None:
     with pytest.raises(ValueError, match="one count"):
-        RoundBudget([1, 2], [FAST], [HEAVY, LIGHT], collect_s=1.0)
+        RoundBudget([1, 2], [FAST], [HEAVY, LIGHT], collect_s=1.0, butterfly_from=ALL_TO_ALL)
 
 
 def decide(
@@ -150,7 +174,9 @@ def decide(
     rates = member_rate or [51.2 if g == HEAVY else 200.0 for g in gradient_bytes]
     scale = [1.0] * len(gradient_bytes) if round_scale is None else round_scale
     if round_measured_s is None:
-        modelled = RoundBudget.of_uplinks(peers, gradient_bytes, collect_s=0.0, round_scale=scale).rounds
+        modelled = RoundBudget.of_uplinks(
+            peers, gradient_bytes, collect_s=0.0, round_scale=scale, butterfly_from=ALL_TO_ALL
+        ).rounds
         round_measured_s = [
             seconds if t < len(scale) and scale[t] is not None else None for t, seconds in enumerate(modelled)
         ]
@@ -173,6 +199,7 @@ def decide(
         horizon_s=horizon_s,
         round_scale=scale,
         round_measured_s=round_measured_s,
+        butterfly_from=ALL_TO_ALL,
     )
     return None if plan is None else ([(peer, to) for peer, _, to in plan.moves], plan.step_after_s)
 
@@ -280,6 +307,7 @@ def test_a_large_stage_of_members_as_fast_as_each_other_sheds_the_least_served()
         horizon_s=30.0,
         round_scale=[1.0] * 3,
         round_measured_s=[0.1, 0.1, 28.0],
+        butterfly_from=ALL_TO_ALL,
     )
     assert plan is not None
     movers = [peer for peer, _, _ in plan.moves]
@@ -289,7 +317,9 @@ def test_a_large_stage_of_members_as_fast_as_each_other_sheds_the_least_served()
     # And the rate plan would not bring any of them back: its budget after the moves refuses them.
     moved = {peer: to for peer, _, to in plan.moves}
     after = [Uplink(peer_id=u.peer_id, stage=moved.get(u.peer_id, u.stage), upload=u.upload) for u in peers]
-    budget = RoundBudget.of_uplinks(after, [LIGHT, LIGHT, HEAVY], collect_s=4096 / pipeline_rate(moved))
+    budget = RoundBudget.of_uplinks(
+        after, [LIGHT, LIGHT, HEAVY], collect_s=4096 / pipeline_rate(moved), butterfly_from=ALL_TO_ALL
+    )
     assert not budget.admits(2, BROADBAND)
 
 
@@ -382,8 +412,10 @@ def test_nobody_leaves_a_stage_whose_rounds_were_never_timed(round_scale: list[f
 
 def test_round_budget_sizes_rounds_by_how_they_were_timed() -> None:
     peers = uplinks([FAST] * 4, [BROADBAND] * 10, [FAST] * 3)
-    modelled = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0)
-    timed = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, round_scale=[None, 0.1, 1.0])
+    modelled = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, butterfly_from=ALL_TO_ALL)
+    timed = RoundBudget.of_uplinks(
+        peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, round_scale=[None, 0.1, 1.0], butterfly_from=ALL_TO_ALL
+    )
     assert timed.rounds == pytest.approx([modelled.rounds[0], modelled.rounds[1] / 10, modelled.rounds[2]])
     # Stage 1's round, timed at 1 s, is hidden under the 8 s of collecting: a slow uplink may join.
     assert not modelled.admits(1, SLOW)

@@ -24,6 +24,8 @@ from server.policies.rebalance import (
 from swarmhub.stage_cost import stage_bytes_per_sample
 
 HORIZON_S = 30.0
+ALL_TO_ALL = 10_000
+"""A butterfly threshold no stage here reaches: the averaging rules are pinned for all-to-all."""
 
 
 def loads(*stages: list[float] | list[tuple[float, int]]) -> list[PeerLoad]:
@@ -715,7 +717,10 @@ def test_the_plan_passes_over_a_slow_uplink_that_would_pace_a_heavy_stage(
     peers = uploads_of(loads([10.0, 10.0, 12.0], [5.0]), {3: SLOW_UPLOAD})
     assert moves_of(decide(peers, 2)) == [(3, 0, 1)]
     averaging = StepAveraging(
-        gradient_bytes=[LIGHT_SUM, HEAVY_SUM], batch_size=batch_size, round_scale=[1.0] * 2
+        gradient_bytes=[LIGHT_SUM, HEAVY_SUM],
+        batch_size=batch_size,
+        round_scale=[1.0] * 2,
+        butterfly_from=ALL_TO_ALL,
     )
     assert moves_of(decide(peers, 2, averaging=averaging)) == expected
 
@@ -731,6 +736,7 @@ def test_slow_uplinks_pacing_a_heavy_stage_move_to_light_ones() -> None:
         batch_size=4096,
         round_scale=[1.0] * 3,
         round_measured_s=[0.1, 0.1, 50.0],
+        butterfly_from=ALL_TO_ALL,
     )
     plan = decide(peers, 3, averaging=averaging, state_bytes=[20 * MB, 20 * MB, 180 * MB])
     assert plan is not None
@@ -762,6 +768,7 @@ def test_a_large_head_stage_sheds_members_over_a_few_decisions_and_none_comes_ba
         batch_size=4096,
         round_scale=[1.0] * 3,
         round_measured_s=[0.1, 0.1, 28.0],
+        butterfly_from=ALL_TO_ALL,
     )
     unsettled: set[int] = set()
     history: list[tuple[int, int, int]] = []
@@ -799,4 +806,8 @@ def test_a_large_head_stage_sheds_members_over_a_few_decisions_and_none_comes_ba
 
 def test_averaging_must_name_every_stage() -> None:
     with pytest.raises(ValueError, match="averaging has 1 stages"):
-        decide(loads([1.0], [1.0]), 2, averaging=StepAveraging(gradient_bytes=[1.0], batch_size=8))
+        decide(
+            loads([1.0], [1.0]),
+            2,
+            averaging=StepAveraging(gradient_bytes=[1.0], batch_size=8, butterfly_from=ALL_TO_ALL),
+        )

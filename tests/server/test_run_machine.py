@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from server.policies.averaging import push_allowance_s
+from server.policies.averaging import BUTTERFLY_FROM_MEMBERS, push_allowance_s
 from server.policies.grant_pacing import outstanding_cap
 from server.policies.join_hold import JOIN_HOLD_S
 from server.policies.rejoin_backoff import FIRST_WAIT_S
@@ -182,6 +182,7 @@ def new_swarm(
     step: int = 0,
     target: int = 8,
     preset: str = "tiny",
+    butterfly_from: int = BUTTERFLY_FROM_MEMBERS,
 ) -> Swarm:
     machine = RunMachine(
         spec=spec(stages=stages, max_steps=max_steps, preset=preset),
@@ -194,6 +195,7 @@ def new_swarm(
             heartbeat_interval_s=1.0,
             checkpoint_every_steps=1000,
             averaging_deadline_s=DEADLINE_S,
+            butterfly_from_members=butterfly_from,
         ),
         last_apply=last_apply or {},
         now=100.0,

@@ -438,3 +438,63 @@ def test_a_member_rejected_three_rounds_in_a_row_is_banned_and_only_an_accepted_
         if outcome == "rejected":
             # Assigned again at the boundary: it copies the stage and is ready for the next step.
             swarm.ready(3, origin="copied")
+
+
+def test_a_butterfly_round_judges_each_contribution_by_the_sum_of_its_parts():
+    """Stage 0: peers 2, 3, 4 in a butterfly (the threshold set to 2 members); stage 1: peer 5, which
+    trains. Each member reports every sender's part of its own third of the gradients. Peer 4's parts
+    add up to 50x per sample: the figure judged is its whole contribution's (norm 200), not one
+    part's (115, as the all-to-all reading of one view would take it)."""
+    swarm = new_swarm(target=12, butterfly_from=2)
+    for peer_id, stage in ((2, 0), (3, 0), (4, 0), (5, 1)):
+        swarm.join(peer_id, stage=stage)
+        swarm.ready(peer_id)
+    ids = swarm.train(5)
+    share = dict(zip((2, 3, 4), ids, strict=True))
+    honest = 16.0  # (4 samples x norm 1 per sample) squared, over three parts
+
+    def parts_seen_by(member: int, group: list[int]) -> list[ContributionNorm]:
+        return [
+            ContributionNorm(
+                peer_id=p, norm_sq=(honest * 50**2 if p == 4 else honest) / len(group), counted=[share[p]]
+            )
+            for p in group
+        ]
+
+    out = swarm.say(
+        5, AveragingDone(step=0, attempt=0, stage=1, contributors=[5], counted=ids, grad_sum_norm_sq=1.0)
+    )
+    assert swarm.machine.rounds[0].pattern == "butterfly"
+    for member in (2, 3, 4):
+        out += swarm.say(
+            member,
+            AveragingDone(
+                step=0,
+                attempt=0,
+                stage=0,
+                contributors=[2, 3, 4],
+                counted=ids,
+                grad_sum_norm_sq=1.0,
+                contributions=parts_seen_by(member, [2, 3, 4]),
+            ),
+        )
+    (event,) = [e for e in of(out, do.RecordEvent) if e.kind == "contribution_rejected"]
+    assert event.peer_id == 4 and event.data["norm"] == pytest.approx(200.0) and "50x" in event.message
+    (barrier,) = [m for d in of(out, do.Send) if isinstance(m := d.message, StepBarrier)]
+    assert (barrier.attempt, [p.peer_id for p in barrier.group], barrier.pattern) == (1, [2, 3], "butterfly")
+    out = []
+    for member in (2, 3):
+        out += swarm.say(
+            member,
+            AveragingDone(
+                step=0,
+                attempt=1,
+                stage=0,
+                contributors=[2, 3],
+                counted=[share[2], share[3]],
+                grad_sum_norm_sq=1.0,
+                contributions=parts_seen_by(member, [2, 3]),
+            ),
+        )
+    (record,) = of(out, do.RecordStep)
+    assert record.samples_counted == (8, 12)

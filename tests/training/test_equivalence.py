@@ -100,8 +100,20 @@ def settled_parameters(
     return committed, fetched
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-def test_swarm_step_equals_single_process_step(optimizer: str) -> None:
+@pytest.mark.parametrize(
+    ("optimizer", "butterfly_from"),
+    [
+        pytest.param("sgd", None, id="sgd"),
+        pytest.param("adamw", None, id="adamw"),
+        # Every round of two members goes in a butterfly (`peer/butterfly.py`): the same step.
+        pytest.param("adamw", 2, id="adamw-butterfly"),
+    ],
+)
+def test_swarm_step_equals_single_process_step(
+    optimizer: str, butterfly_from: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if butterfly_from is not None:
+        monkeypatch.setenv("SWARMHUB_BUTTERFLY_FROM_MEMBERS", str(butterfly_from))
     with LocalSwarm() as swarm:
         run = swarm.create_run(
             name=f"equivalence {optimizer}",
@@ -118,7 +130,7 @@ def test_swarm_step_equals_single_process_step(optimizer: str) -> None:
             rebalance=False,
         )
         for stage in (0, 0, 1, 1):
-            swarm.start_peer("--stage", str(stage))
+            swarm.start_peer("--stage", str(stage), *(["--verbose"] if butterfly_from else []))
         swarm.wait_for_steps(run["id"], 1, timeout_s=120)
         swarm.client.post(f"/api/runs/{run['id']}/pause").raise_for_status()
         peers = [p for p in swarm.client.get(f"/api/runs/{run['id']}/peers").json() if p["state"] == "active"]
@@ -133,6 +145,8 @@ def test_swarm_step_equals_single_process_step(optimizer: str) -> None:
             timeout_s=120,
         )
         spec = RunSpec.model_validate({**run, "run_id": run["id"]})
+        if butterfly_from is not None:
+            assert all("averaged in a butterfly of 2 members" in p.log() for p in swarm.peers)
 
     expected = reference_parameters(spec, steps)
     initial = build_full_model(get_preset("tiny"), 2, spec.seed)

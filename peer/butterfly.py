@@ -1,0 +1,110 @@
+"""The butterfly exchange of large averaging rounds: a reduce-scatter, then an all-gather.
+
+The stage's flat gradients are cut into K contiguous parts, one per member in the order of peer ids.
+Each member sends part j of its sum to member j, sums the K contributions to its own part (in sender
+order, as all-to-all members sum whole contributions), and sends that reduced part to every other
+member, which puts the K reduced parts together. A member sends and takes 2(K-1)/K sums' worth
+however large the round, where all-to-all sends K-1 whole sums: in the simulator a stage of 300
+members (10,000 peers over 32 stages) never finished an all-to-all round.
+
+Members stay bit-identical: each reduced part is summed once, by its owner, and everyone (the owner
+too) uses it as decoded from the one frame the owner encodes. What is given up is the stronger check
+on contributions: each member sees only one part of the others' sums, so a contribution's norm is
+the sum of its parts' norms as their owners report them (`server.swarm.verification`), one view per
+part rather than K-1 views of the whole. The coordinator chooses the pattern by the round's size
+(`server.policies.averaging.averaging_pattern`): small rounds stay all-to-all.
+
+A round in which a member is missing is retried by the coordinator without it, from the start: a
+part's boundaries move with K, so nothing received in one attempt serves another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+def part_range(length: int, parts: int, part: int) -> tuple[int, int]:
+    """[start, end) of `part` of `parts` near-equal contiguous parts of `length` elements: the first
+    `length % parts` parts hold one element more."""
+    if not 0 <= part < parts:
+        raise ValueError(f"part {part} of {parts}")
+    base, extra = divmod(length, parts)
+    start = part * base + min(part, extra)
+    return start, start + base + (1 if part < extra else 0)
+
+
+def reduce_part(contributions: dict[int, Tensor]) -> Tensor:
+    """Sender id -> its contribution to one part, summed in sender order (every owner adds alike)."""
+    first, *rest = (contributions[sender] for sender in sorted(contributions))
+    total = first.clone()
+    for part in rest:
+        total.add_(part)
+    return total
+
+
+def assemble_parts(reduced: dict[int, Tensor]) -> Tensor:
+    """Part index -> reduced part, put back together as the stage's flat summed gradient."""
+    return torch.cat([reduced[part] for part in sorted(reduced)])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Part:
+    attempt: int
+    part: int
+    parts: int
+    grads: Tensor
+    counted: list[str]
+
+
+class PartInbox:
+    """Parts received from other members: per step, per sender, the newest attempt's own part (for
+    this member to reduce) and the newest reduced part (for it to put together), so one sender holds
+    at most two tensors here per step, each no larger than the stage."""
+
+    def __init__(self) -> None:
+        self._received: dict[tuple[int, bool], dict[int, Part]] = {}
+        """(Step, reduced) -> sender -> its newest part."""
+        self._changed = asyncio.Condition()
+
+    async def put(self, step: int, sender: int, part: Part, *, reduced: bool) -> None:
+        async with self._changed:
+            by_sender = self._received.setdefault((step, reduced), {})
+            held = by_sender.get(sender)
+            if held is None or part.attempt >= held.attempt:
+                by_sender[sender] = part
+            self._changed.notify_all()
+
+    def arrived(
+        self, step: int, attempt: int, expected: dict[int, int], *, reduced: bool, parts: int
+    ) -> set[int]:
+        """Senders of `expected` (sender -> the part it is to send) whose part for this attempt is in,
+        cut for a round of `parts` members."""
+        got = self._received.get((step, reduced), {})
+        return {
+            sender
+            for sender, part in expected.items()
+            if (held := got.get(sender)) is not None
+            and (held.attempt, held.part, held.parts) == (attempt, part, parts)
+        }
+
+    async def wait_for(
+        self, step: int, attempt: int, expected: dict[int, int], *, reduced: bool, parts: int
+    ) -> dict[int, Part]:
+        """Wait until every sender of `expected` has sent its part for this attempt (`arrived`)."""
+        async with self._changed:
+            await self._changed.wait_for(
+                lambda: self.arrived(step, attempt, expected, reduced=reduced, parts=parts) == set(expected)
+            )
+            got = self._received[(step, reduced)]
+            return {s: got[s] for s in expected}
+
+    def drop_through(self, step: int) -> None:
+        for key in [k for k in self._received if k[0] <= step]:
+            del self._received[key]
+
+    def clear(self) -> None:
+        self._received.clear()

@@ -1,0 +1,259 @@
+"""The butterfly exchange (`peer/butterfly.py`): its parts, and real stage servers on loopback that
+average in it, with the coordinator's side of each channel recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+
+import pytest
+import torch
+
+from peer.averaging import Averager, norm_sq, sum_contributions
+from peer.butterfly import Part, PartInbox, assemble_parts, part_range, reduce_part
+from peer.frame_headers import ErrorReply, PushGrads
+from peer.frames import assemble_call, encode_payload, open_frame
+from peer.stage_server import StageServer
+from peer.transport import FramePool, FrameServer, UploadPacer
+from swarmhub.presets import get_preset
+from swarmhub.resources import frame_limits
+from swarmhub.wire import AveragingDone, CompressionName, PeerEndpoint, PeerUnreachable, StepBarrier
+from tests.peer.test_averaging_attempts import Member, RecordedControl, endpoint
+from tests.peer.test_stage_server_checks import (
+    LIMIT,
+    TRAINER,
+    call,
+    inputs_for,
+    run_spec,
+    signer_for,
+    stage_call,
+)
+from tests.peer.test_stage_server_checks import stage_server as make_stage_server
+
+
+@pytest.mark.parametrize(
+    ("length", "parts"),
+    [(10, 1), (10, 3), (12, 4), (7, 7), (3, 5), (1_000_003, 300)],
+)
+def test_parts_cover_the_gradients_in_order_and_differ_by_at_most_one(length: int, parts: int) -> None:
+    ranges = [part_range(length, parts, j) for j in range(parts)]
+    assert ranges[0][0] == 0 and ranges[-1][1] == length
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    sizes = [end - start for start, end in ranges]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+
+
+@pytest.mark.parametrize("part", [-1, 3])
+def test_a_part_outside_the_round_is_refused(part: int) -> None:
+    with pytest.raises(ValueError, match="part"):
+        part_range(10, 3, part)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"part": 3, "parts": 3},
+        {"parts": 2},
+        {"reduced": True},
+    ],
+)
+def test_a_push_header_names_a_part_of_its_parts_or_none(fields: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        PushGrads(run_id=1, sender=2, stage=0, step=0, attempt=0, counted=[], **fields)  # type: ignore[arg-type]
+
+
+def test_reduced_parts_put_together_are_the_all_to_all_sum_bit_for_bit() -> None:
+    gen = torch.Generator().manual_seed(3)
+    grads = {sender: torch.randn(1001, generator=gen) * sender for sender in (2, 9, 5, 4)}
+    parts = len(grads)
+    reduced = {}
+    for j in range(parts):
+        start, end = part_range(1001, parts, j)
+        reduced[j] = reduce_part({s: g[start:end] for s, g in grads.items()})
+    assert torch.equal(assemble_parts(reduced), sum_contributions(grads))
+
+
+def test_the_inbox_keeps_each_senders_newest_attempt_and_waits_for_the_right_part() -> None:
+    async def scenario() -> None:
+        inbox = PartInbox()
+        one = torch.ones(2)
+        await inbox.put(3, 7, Part(attempt=1, part=0, parts=3, grads=one, counted=["a"]), reduced=False)
+        # An older attempt arriving late does not replace it; a part cut for another round is not it.
+        await inbox.put(3, 7, Part(attempt=0, part=0, parts=3, grads=one, counted=[]), reduced=False)
+        await inbox.put(3, 8, Part(attempt=1, part=0, parts=2, grads=one, counted=[]), reduced=False)
+        assert inbox.arrived(3, 1, {7: 0, 8: 0}, reduced=False, parts=3) == {7}
+        assert inbox.arrived(3, 1, {7: 0}, reduced=True, parts=3) == set()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(inbox.wait_for(3, 1, {7: 0, 8: 0}, reduced=False, parts=3), 0.05)
+        got = await asyncio.wait_for(inbox.wait_for(3, 1, {7: 0}, reduced=False, parts=3), 1.0)
+        assert got[7].counted == ["a"]
+        inbox.drop_through(3)
+        assert inbox.arrived(3, 1, {7: 0}, reduced=False, parts=3) == set()
+
+    asyncio.run(scenario())
+
+
+async def _serve(
+    servers: dict[int, StageServer], codec: CompressionName
+) -> tuple[dict[int, Member], dict[int, str]]:
+    run = run_spec(codec).model_copy(update={"num_stages": 2})
+    limits = frame_limits(
+        get_preset(run.model_preset), num_stages=2, microbatch_size=4, seq_len=run.seq_len, optimizer="adamw"
+    )
+    members: dict[int, Member] = {}
+    addresses: dict[int, str] = {}
+    for p, server in servers.items():
+        listener = socket.create_server(("127.0.0.1", 0))
+        addresses[p] = f"127.0.0.1:{listener.getsockname()[1]}"
+        frame_server = FrameServer(
+            server.handle, max_bytes=LIMIT, pacer=UploadPacer(None), answer_text=lambda _: None
+        )
+        await frame_server.start(listener)
+        members[p] = Member(
+            server=server,
+            run=run,
+            signer=server.signer,
+            frame_limits=limits,
+            pool=FramePool(max_bytes=limits.largest, pacer=UploadPacer(None)),
+            control=RecordedControl(),
+            frame_server=frame_server,
+        )
+    return members, addresses
+
+
+async def _close(members: dict[int, Member]) -> None:
+    for m in members.values():
+        await m.pool.close()
+        assert m.frame_server is not None
+        await m.frame_server.stop()
+
+
+def _trained_servers(ids: tuple[int, ...], codec: CompressionName) -> dict[int, StageServer]:
+    run = run_spec(codec).model_copy(update={"num_stages": 2})
+    servers = {p: make_stage_server(p, 0, run) for p in ids}
+    for p, server in servers.items():
+        # Each member trains a different microbatch: their sums differ.
+        call(
+            server,
+            signer_for(TRAINER),
+            stage_call("backward", 0, f"mb-{p}", check=False),
+            inputs_for(0, "backward"),
+        )
+    return servers
+
+
+def _average(
+    servers: dict[int, StageServer], codec: CompressionName, listed: list[int], gone: str | None = None
+) -> dict[int, tuple[RecordedControl, torch.Tensor | None]]:
+    """Every live member of `servers` averages one butterfly round among `listed` (and a member at
+    `gone` that nobody answers for, if given); each member's recorded channel and the sum it holds."""
+
+    async def scenario() -> dict[int, tuple[RecordedControl, torch.Tensor | None]]:
+        members, addresses = await _serve(servers, codec)
+        averagers = {p: Averager(m) for p, m in members.items()}  # type: ignore[arg-type]
+        group = [endpoint(p, addresses[p]) for p in listed]
+        if gone is not None:
+            group.append(PeerEndpoint(peer_id=99, address=gone, stage=0))
+        barrier = StepBarrier(
+            step=0, attempt=0, stage=0, group=group, push_timeout_s=3.0, pattern="butterfly"
+        )
+        try:
+            for m in members.values():
+                m.pool.learn(group)
+            await asyncio.gather(*(averagers[p].average(barrier) for p in listed))
+        finally:
+            await _close(members)
+        held = {p: a._pending_sum.get(0) for p, a in averagers.items()}
+        return {p: (members[p].control, None if held[p] is None else held[p][1]) for p in listed}
+
+    try:
+        return asyncio.run(scenario())
+    finally:
+        for server in servers.values():
+            server.close()
+
+
+@pytest.mark.parametrize("codec", ["none", "int8"])
+def test_members_of_a_butterfly_round_hold_the_same_sum_and_report_its_parts(codec: CompressionName) -> None:
+    ids = (4, 5, 6)
+    servers = _trained_servers(ids, codec)
+    own = {p: s.worker.flat_gradients().clone() for p, s in servers.items()}  # type: ignore[union-attr]
+    outcome = _average(servers, codec, list(ids))
+    sums = [held for _, held in outcome.values()]
+    assert all(s is not None and torch.equal(s, sums[0]) for s in sums), "members hold different bits"
+    total = sums[0]
+    assert total is not None
+    if codec == "none":
+        assert torch.equal(total, sum_contributions(own))
+    else:
+        # Two lossy hops (each part, then each reduced part): near the exact sum, not equal to it.
+        exact = sum_contributions(own)
+        assert float(torch.linalg.vector_norm(total - exact) / torch.linalg.vector_norm(exact)) < 0.05
+    reports = {
+        p: [m for m in control.sent if isinstance(m, AveragingDone)] for p, (control, _) in outcome.items()
+    }
+    assert all(len(r) == 1 for r in reports.values())
+    done = {p: r[0] for p, r in reports.items()}
+    for report in done.values():
+        assert report.contributors == list(ids)
+        assert report.counted == ["mb-4", "mb-5", "mb-6"]
+        assert report.grad_sum_norm_sq == done[4].grad_sum_norm_sq == pytest.approx(norm_sq(total), rel=1e-9)
+    # Each member reports every sender's part of its own: the parts' squared norms add up to the whole's.
+    for sender in ids:
+        parts = [c.norm_sq for report in done.values() for c in report.contributions if c.peer_id == sender]
+        assert len(parts) == len(ids)
+        if codec == "none":
+            assert sum(parts) == pytest.approx(norm_sq(own[sender]), rel=1e-9)
+        counted = {tuple(c.counted) for r in done.values() for c in r.contributions if c.peer_id == sender}
+        assert counted == {(f"mb-{sender}",)}
+
+
+def test_a_member_gone_from_a_butterfly_round_is_the_one_named(unused_address: str) -> None:
+    ids = (4, 5)
+    outcome = _average(_trained_servers(ids, "none"), "none", list(ids), gone=unused_address)
+    for control, held in outcome.values():
+        assert held is None, "a round with a member missing holds no sum"
+        named = [m for m in control.sent if isinstance(m, PeerUnreachable)]
+        # The live members' parts came in; only the gone one's own part is missing.
+        assert [m.peer_id for m in named] == [99]
+        assert not [m for m in control.sent if isinstance(m, AveragingDone)]
+
+
+@pytest.fixture
+def unused_address() -> str:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        return f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    ("fields", "size", "error"),
+    [
+        pytest.param({"part": 1, "parts": 3}, 7, "grads has shape", id="a part cut for another size"),
+        pytest.param({"part": 3, "parts": 3}, 7, "part 3 of 3", id="a part outside its round"),
+        pytest.param({"parts": 3}, 7, "a whole sum has no parts", id="parts without a part"),
+    ],
+)
+def test_a_malformed_part_is_refused_and_nothing_is_kept(
+    fields: dict[str, object], size: int, error: str
+) -> None:
+    run = run_spec("none").model_copy(update={"num_stages": 2})
+    server = make_stage_server(4, 0, run)
+    try:
+        header = {
+            "run_id": run.run_id,
+            "sender": 5,
+            "stage": 0,
+            "step": 0,
+            "attempt": 0,
+            "counted": [],
+            **fields,
+        }
+        # What a hostile member would send: any header, whatever the honest sender's model allows.
+        push = PushGrads.model_construct(**header)
+        frame, _ = assemble_call(push, encode_payload({"grads": torch.zeros(size)}, "none"), signer_for(5), 4)
+        reply = open_frame(asyncio.run(server.handle(frame)), max_bytes=LIMIT).header
+        assert isinstance(reply, ErrorReply) and error in reply.error
+        assert server.parts.arrived(0, 0, {5: 1}, reduced=False, parts=3) == set()
+    finally:
+        server.close()
