@@ -30,14 +30,16 @@ from torch import Tensor
 from swarmhub.wire import (
     ApplyStep,
     AveragingDone,
+    CheckParts,
     ContributionNorm,
+    PartsChecked,
     PeerEndpoint,
     PeerUnreachable,
     StepApplied,
     StepBarrier,
 )
 
-from .butterfly import Part, assemble_parts, part_range, reduce_part
+from .butterfly import Part, PartsHandled, assemble_parts, part_range, project_parts, reduce_part
 from .compression import get_codec
 from .frame_auth import AuthError
 from .frame_headers import ErrorReply, PushGrads
@@ -191,6 +193,8 @@ class Averager:
         self._peer = peer
         self._pending_sum: dict[int, tuple[int, Tensor]] = {}
         """Step -> (averaging attempt, the group's summed gradient), kept until the update is applied."""
+        self._parts_handled: dict[int, PartsHandled] = {}
+        """Step -> what this peer handled in its latest butterfly attempt, for the part check."""
         self.deliveries = Deliveries()
 
     async def average(self, barrier: StepBarrier) -> None:
@@ -321,18 +325,20 @@ class Averager:
                 reduced=reduced,
             )
 
-        def cut() -> tuple[dict[int, Payload], Tensor]:
+        def cut() -> tuple[dict[int, Payload], list[Tensor]]:
+            """Each other member's payload, and every part as its owner will hold it (decoded)."""
             grads = own_gradients()
             payloads: dict[int, Payload] = {}
-            mine = grads[slice(*part_range(length, parts, me))]
+            sent = [grads[slice(*part_range(length, parts, j))] for j in range(parts)]
             for peer_id in others:
-                piece = grads[slice(*part_range(length, parts, rank[peer_id]))]
-                payloads[peer_id], _ = contribution(header(rank[peer_id], reduced=False), piece, codec)
+                j = rank[peer_id]
+                payloads[peer_id], sent[j] = contribution(header(j, reduced=False), sent[j], codec)
             if not lossless:
-                _, mine = contribution(header(me, reduced=False), mine, codec)
-            return payloads, mine
+                _, sent[me] = contribution(header(me, reduced=False), sent[me], codec)
+            return payloads, sent
 
-        payloads, mine = await server.compute(cut)
+        payloads, sent = await server.compute(cut)
+        mine = sent[me]
         sent_bytes = sum(m.nbytes for payload in payloads.values() for m in payload.metas)
         timeout = max(transfer_timeout_s(2 * sent_bytes), barrier.push_timeout_s or 0.0)
         failures: dict[int, BaseException] = {}
@@ -346,7 +352,10 @@ class Averager:
         def reduce(received: dict[int, Part]) -> tuple[Payload, Tensor, dict[int, float]]:
             pieces = {peer.peer_id: mine, **{sender: got.grads for sender, got in received.items()}}
             norms = {sender: norm_sq(piece) for sender, piece in pieces.items()}
-            payload, decoded = contribution(header(me, reduced=True), reduce_part(pieces), codec)
+            reduced = reduce_part(pieces)
+            if server.fault is not None:
+                reduced = server.fault.corrupt_part(reduced)
+            payload, decoded = contribution(header(me, reduced=True), reduced, codec)
             return payload, decoded, norms
 
         step, attempt = barrier.step, barrier.attempt
@@ -377,6 +386,14 @@ class Averager:
 
         total, total_norm_sq = await server.compute(put_together)
         self._pending_sum[step] = (attempt, total)
+        by_rank = {rank[sender]: got.grads for sender, got in received.items()}
+        self._parts_handled[step] = PartsHandled(
+            attempt=attempt,
+            me=me,
+            sent=sent,
+            received=[mine if j == me else by_rank[j] for j in range(parts)],
+            total=total,
+        )
         log.info("stage %d step %d: averaged in a butterfly of %d members", barrier.stage, step, parts)
         counted_by = {peer.peer_id: counted, **{sender: got.counted for sender, got in received.items()}}
         await peer.control.send(
@@ -452,6 +469,28 @@ class Averager:
             )
         )
 
+    async def check_parts(self, message: CheckParts) -> None:
+        """Answer the coordinator's part check of a butterfly attempt this peer averaged in."""
+        handled = self._parts_handled.get(message.step)
+        worker = self._peer.server.worker
+        if (
+            handled is None
+            or handled.attempt != message.attempt
+            or worker is None
+            or worker.stage != message.stage
+        ):
+            log.warning(
+                "part check for stage %d step %d attempt %d, which this peer did not average in",
+                message.stage,
+                message.step,
+                message.attempt,
+            )
+            return
+        figures = await self._peer.server.compute(lambda: project_parts(handled, message.seed))
+        await self._peer.control.send(
+            PartsChecked(step=message.step, attempt=message.attempt, stage=message.stage, **figures)
+        )
+
     async def apply(self, message: ApplyStep) -> bool:
         """Step the stage with the recorded update if this peer holds the sum it applies to; then tell
         the coordinator. False (and nothing changed) if it does not."""
@@ -491,6 +530,8 @@ class Averager:
         return True
 
     def _forget_through(self, step: int) -> None:
+        for key in [k for k in self._parts_handled if k <= step]:
+            del self._parts_handled[key]
         self._peer.server.inbox.drop_through(step)
         self._peer.server.parts.drop_through(step)
         self.deliveries.drop_through(step)
@@ -498,6 +539,7 @@ class Averager:
     def forget_sums(self) -> None:
         """The coordinator restarted or dropped this peer, and everyone's accumulated gradients were
         thrown away: no sum sent or received so far is anyone's contribution."""
+        self._parts_handled.clear()
         self._peer.server.inbox.clear()
         self._peer.server.parts.clear()
         self.deliveries.clear()

@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--fault",
         help="TESTING AID: make this peer faulty on purpose to see the swarm catch and ban it: "
         "noise:FRACTION (noise on that share of its results), scale:FACTOR (its gradient "
-        "contribution scaled) or stale (never updates its weights)",
+        "contribution scaled), part:FACTOR (the butterfly part it sums scaled) or stale (never "
+        "updates its weights)",
     )
     join.add_argument("--name", default="", help="name shown on the dashboard (default: host name)")
     join.add_argument("-v", "--verbose", action="store_true")

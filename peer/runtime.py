@@ -27,6 +27,7 @@ from swarmhub.wire import (
     DATA_PLANE_VERSION,
     ApplyStep,
     Arbitrate,
+    CheckParts,
     CheckpointRequest,
     CoordinatorToPeerMessage,
     DataPlaneTicket,
@@ -146,6 +147,8 @@ class MessageRouter:
                 if self._averaging is not None:
                     self._averaging.cancel()
                 self._averaging = self._background(self._averager.average(message), "averaging")
+            case CheckParts():
+                self._background(self._averager.check_parts(message), "part check")
             case ApplyStep():
                 await self._averager.apply(message)
             case StepCommitted():

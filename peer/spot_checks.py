@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from swarmhub.run_settings import CODEC_ERROR
+
 from .compression import codec_for
 from .frame_auth import AuthError, SenderVerifier
 from .frame_headers import (
@@ -41,10 +43,6 @@ from .frames import FrameError, FrameLimit, OpenedFrame, decode_payload, open_fr
 KERNEL_TOLERANCE = 1e-3
 """Relative L2 distance two honest devices may reach on one float32 call: different kernels, thread
 counts and summation orders (a GPU's TF32 matmuls among them) stay well inside it."""
-CODEC_ERROR = {"none": 0.0, "float16": 2.5e-4, "int8": 2e-2}
-"""The codec's own relative L2 error on activations and gradients (measured on Gaussian tensors with
-outliers, `tests/peer/test_spot_checks.py`). Two honest results differ by at most twice it: each side
-may round the same value into a neighbouring bucket."""
 EVIDENCE_TENSORS = ("call_checked", "reply_checked", "call_checker", "reply_checker")
 KEPT_FORWARD = "forward_checked"
 """The optional fifth evidence frame: the forward call whose kept graph the checked backward used."""

@@ -933,6 +933,25 @@ class SwarmSim:
             if peer.alive:
                 self.tally.received["AveragingDone"] += 1
                 round_.report(p, attempt, contributors, peer.accumulated)
+        if round_.awaits_check():
+            # The part check (`Verification._maybe_check_parts`): the coordinator's vector out to every
+            # member and its projections back; honest members pass it.
+            round_.check_seed = 0
+            self.tally.sent["CheckParts"] += len(round_.group)
+            round_trip = 2 * max(self.peers[p].kind.latency_s for p in contributors)
+            self.events.at(self.now + round_trip, self._parts_checked, stage, attempt)
+            return
+        self._time_round(stage)
+        self._maybe_record()
+
+    def _parts_checked(self, stage: int, attempt: int) -> None:
+        round_ = self.rounds.get(stage)
+        if self.phase != AVERAGING or round_ is None or round_.attempt != attempt:
+            return
+        if not round_.awaits_check():
+            return
+        self.tally.received["PartsChecked"] += sum(self.peers[p].alive for p in round_.group)
+        round_.checked = True
         self._time_round(stage)
         self._maybe_record()
 

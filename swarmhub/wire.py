@@ -225,6 +225,26 @@ class AveragingDone(Message):
     the whole's."""
 
 
+Projection = Annotated[float, Field(ge=-1e30, le=1e30, allow_inf_nan=False)]
+Projections = Annotated[list[Projection], Field(max_length=4096)]
+NormsSquared = Annotated[list[NormSquared], Field(max_length=4096)]
+
+
+class PartsChecked(Message):
+    """A butterfly round's member projects what it handled onto the `CheckParts` vector
+    (`server.policies.part_check.PartReport`: each list over the round's members by peer id)."""
+
+    type: Literal["parts_checked"] = "parts_checked"
+    step: StepNumber
+    attempt: Attempt
+    stage: StageIndex
+    sent: Projections
+    sent_norms_sq: NormsSquared
+    received: Projections
+    held: Projections
+    held_norms_sq: NormsSquared
+
+
 class StepApplied(Message):
     type: Literal["step_applied"] = "step_applied"
     step: StepNumber
@@ -310,6 +330,7 @@ PeerToCoordinatorMessage = Annotated[
     | MicrobatchDone
     | MicrobatchFailed
     | AveragingDone
+    | PartsChecked
     | StepApplied
     | StageReady
     | StageLoadFailed
@@ -427,6 +448,17 @@ class StepBarrier(Message):
     pattern: AveragingPattern = "all_to_all"
 
 
+class CheckParts(Message):
+    """Every member of a butterfly round reported: project what you sent, received and hold onto
+    the vector `seed` draws (`peer/butterfly.py` `projection_vector`) and answer `PartsChecked`."""
+
+    type: Literal["check_parts"] = "check_parts"
+    step: int
+    attempt: int
+    stage: int
+    seed: int = Field(ge=0, lt=2**63)
+
+
 class ApplyStep(Message):
     """Every peer of the stage averaged over the same contributors: take the optimizer step."""
 
@@ -508,6 +540,7 @@ CoordinatorToPeerMessage = Annotated[
     | WorkGrant
     | NoWork
     | StepBarrier
+    | CheckParts
     | ApplyStep
     | StepCommitted
     | CheckpointRequest

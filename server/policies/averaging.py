@@ -6,6 +6,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from server.policies.part_check import PartReport
 from swarmhub.settings import ServerSettings
 from swarmhub.wire import AveragingPattern
 
@@ -31,6 +32,11 @@ class AveragingRound:
     group: frozenset[int]
     pattern: AveragingPattern = "all_to_all"
     """How this attempt's members exchange their sums, as its barrier told them."""
+    check_seed: int | None = None
+    """A butterfly attempt whose members all reported: the seed of its part check (`part_check`)."""
+    checks: dict[int, PartReport] = field(default_factory=dict)
+    checked: bool = False
+    """The part check passed: a butterfly attempt is complete only then."""
     reports: dict[int, tuple[frozenset[int], frozenset[str]]] = field(default_factory=dict)
     norms_sq: dict[int, float] = field(default_factory=dict)
     missing: dict[int, frozenset[int]] = field(default_factory=dict)
@@ -96,6 +102,9 @@ class AveragingRound:
         did; else those holding it up (`holding_up`); else those the coordinator blames. Empty: nobody
         to blame (the stage takes an empty step)."""
         reported = frozenset(self.reports)
+        if reported == self.group and self.check_seed is not None:
+            # Stuck at the part check: those that did not answer it.
+            return self.group - frozenset(self.checks)
         if reported:
             return self.group - reported
         return self.holding_up() or self.group & frozenset(blamed)
@@ -124,8 +133,21 @@ class AveragingRound:
             if not math.isclose(value, agreed, rel_tol=NORM_RTOL, abs_tol=NORM_ATOL)
         )
 
-    def complete(self) -> bool:
+    def reported_all(self) -> bool:
+        """Every member reported the same contributors, the whole group."""
         return len(self.reports) == len(self.group) and not self._disagreeing
+
+    def complete(self) -> bool:
+        """Every member reported, and in a butterfly the part check passed."""
+        return self.reported_all() and (self.pattern != "butterfly" or self.checked)
+
+    def awaits_check(self) -> bool:
+        """A butterfly attempt whose reports are in and whose parts have not been checked yet."""
+        return self.pattern == "butterfly" and self.reported_all() and not self.checked
+
+    def check(self, peer_id: int, attempt: int, report: PartReport) -> None:
+        if attempt == self.attempt and peer_id in self.group and self.check_seed is not None:
+            self.checks[peer_id] = report
 
     def inconsistent(self) -> bool:
         """Some member averaged over a different set of peers than the group: the attempt is void."""
@@ -138,13 +160,14 @@ class AveragingRound:
         return sorted(ids)
 
     def restarts_without(self, peer_id: int, *, distrusted: bool = False) -> bool:
-        """Whether losing `peer_id` calls for a new attempt. Not once the round is complete, unless
+        """Whether losing `peer_id` calls for a new attempt. Not once every member reported (a
+        butterfly's part check then goes on without the lost member's figures), unless
         the peer was removed as faulty (its contribution is not to be kept): every member holds the
         sum all of them agreed on, the lost one's contribution included, and the others apply it
         without it. Restarting a complete round throws a finished average away, and in a large swarm
         whose members die every minute or two, a stage whose averaging takes longer than that (many
         members, slow links) would rarely see all its rounds complete at once."""
-        return peer_id in self.group and (distrusted or not self.complete())
+        return peer_id in self.group and (distrusted or not self.reported_all())
 
     def without(self, *peer_ids: int) -> AveragingRound:
         """The next attempt, without these members (lost, or holding the round up)."""

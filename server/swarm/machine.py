@@ -27,6 +27,7 @@ from swarmhub.wire import (
     MicrobatchDone,
     MicrobatchFailed,
     NoWork,
+    PartsChecked,
     PeerUnreachable,
     RunStatusChanged,
     SpotCheckMismatch,
@@ -176,7 +177,11 @@ class RunMachine(Verification):
                     self._check_norms(message.stage, now)
                     if member.peer_id in self.members:
                         self._averaging_reported(member, message, now)
+                    self._maybe_check_parts(message.stage)
                     self._maybe_record(now)
+            case PartsChecked():
+                self.watch.progressed(now)
+                self._parts_checked(member, message, now)
             case StepApplied():
                 if self.phase == Phase.APPLYING and message.step == book.step:
                     self.watch.progressed(now)

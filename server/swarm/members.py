@@ -93,6 +93,9 @@ class Member:
     peers disagree."""
     rejected_rounds: int = 0
     """Averaging rounds in a row whose contribution from it was out of proportion and left out."""
+    disputed_rounds: int = 0
+    """Butterfly rounds in a row left out of because its part check disagreed with another member's
+    (`part_check`: one of the two lies, which one cannot be told)."""
     strikes: int = 0
     """Reports the coordinator could not accept (another's microbatch, reports it had no reason to make)."""
     check_tally: CheckTally = field(default_factory=CheckTally)

@@ -335,6 +335,9 @@ class Membership(StepCycle):
             for stage, round_ in list(self.rounds.items()):
                 if round_.restarts_without(member.peer_id, distrusted=distrusted):
                     self._restart_round(stage, frozenset({member.peer_id}), now)
+                elif member.peer_id in round_.group and round_.awaits_check():
+                    # Its part check is not waited for: the others' figures are judged without it.
+                    self._maybe_judge_parts(stage, now)
             self._maybe_record(now)
         elif self.phase == Phase.APPLYING:
             self.pending_apply.discard(member.peer_id)
@@ -494,7 +497,7 @@ class Membership(StepCycle):
     def _check_norms(self, stage: int, now: float) -> None:
         """Once a round is complete, members whose gradient norm disagrees with the agreed one are faulty."""
         round_ = self.rounds[stage]
-        if not round_.complete():
+        if not round_.reported_all():
             return
         for peer_id in sorted(round_.disagreeing()):
             member = self.members.get(peer_id)

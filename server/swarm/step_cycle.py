@@ -200,6 +200,10 @@ class StepCycle:
             self._send_barrier(stage)
         self._maybe_record(now)
 
+    def _maybe_judge_parts(self, stage: int, now: float) -> None:
+        """Judge a butterfly round's part check once every live member answered it (`Verification`,
+        which can ban an owner its own figures convict)."""
+
     def _round_completed(self, stage: int, now: float) -> None:
         """Time a round that completed at its first attempt (a retried one waited out a deadline,
         which says nothing of how long pushes take), once."""

@@ -11,6 +11,7 @@ not rejoin the run.
 from __future__ import annotations
 
 import random
+import secrets
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
@@ -25,18 +26,22 @@ from server.policies.arbitration import (
     judge,
 )
 from server.policies.averaging import out_of_proportion, per_sample_norm
+from server.policies.part_check import PartReport, judge_parts
 from server.swarm import decisions as do
 from server.swarm.members import Member
 from server.swarm.membership import Membership
 from server.swarm.step_cycle import Phase
+from swarmhub.run_settings import CODEC_ERROR
 from swarmhub.status import PeerState
 from swarmhub.wire import (
     FAULTY_CLOSE_CODE,
     Arbitrate,
     ArbitrationVerdict,
     AveragingDone,
+    CheckParts,
     CheckTally,
     ContributionNorm,
+    PartsChecked,
     SpotCheckMismatch,
 )
 
@@ -265,7 +270,7 @@ class Verification(Membership):
             reports = {}
         reports[member.peer_id] = message.contributions
         self._contributions[message.stage] = (round_.attempt, reports)
-        if not round_.complete() or self.phase != Phase.AVERAGING:
+        if not round_.reported_all() or self.phase != Phase.AVERAGING:
             return
         contributions = (
             _butterfly_contributions(round_.group, reports, self.book.samples_of)
@@ -319,6 +324,94 @@ class Verification(Membership):
             )
         if rejected and message.stage in self.rounds:
             self._restart_round(message.stage, frozenset(rejected), now)
+
+    # ---- part checks of butterfly rounds -----------------------------------------------------------
+
+    def _maybe_check_parts(self, stage: int) -> None:
+        """Ask the members of a butterfly round whose reports are all in (and whose contributions
+        passed) to check its parts, with a seed none of them could know while they sent them."""
+        round_ = self.rounds.get(stage)
+        if self.phase != Phase.AVERAGING or round_ is None or not round_.awaits_check():
+            return
+        if round_.check_seed is not None:
+            return
+        round_.check_seed = secrets.randbits(63)
+        live = tuple(p for p in sorted(round_.group) if p in self.members)
+        message = CheckParts(step=self.book.step, attempt=round_.attempt, stage=stage, seed=round_.check_seed)
+        self._out.append(do.Send(peer_ids=live, message=message))
+
+    def _parts_checked(self, member: Member, message: PartsChecked, now: float) -> None:
+        round_ = self.rounds.get(message.stage)
+        if self.phase != Phase.AVERAGING or message.step != self.book.step or round_ is None:
+            return
+        report = PartReport(
+            sent=message.sent,
+            sent_norms_sq=message.sent_norms_sq,
+            received=message.received,
+            held=message.held,
+            held_norms_sq=message.held_norms_sq,
+        )
+        round_.check(member.peer_id, message.attempt, report)
+        self._maybe_judge_parts(message.stage, now)
+
+    def _maybe_judge_parts(self, stage: int, now: float) -> None:
+        round_ = self.rounds.get(stage)
+        if round_ is None or not round_.awaits_check() or round_.check_seed is None:
+            return
+        live = round_.group & self.members.keys()
+        if not live <= round_.checks.keys():
+            return
+        reports = {p: r for p, r in round_.checks.items() if p in live}
+        verdict = judge_parts(sorted(round_.group), reports, CODEC_ERROR[self.spec.compression])
+        step = self.book.step
+        if verdict.clean:
+            round_.checked = True
+            for peer_id in live:
+                self.members[peer_id].disputed_rounds = 0
+            self._round_completed(stage, now)
+            self._maybe_record(now)
+            return
+        disputed = {p for pair in verdict.disputes for p in pair} - verdict.convicted.keys()
+        for peer_id, why in sorted(verdict.convicted.items()):
+            if peer_id in self.members:
+                self._ban_faulty(
+                    self.members[peer_id],
+                    f"{why}, in stage {stage}'s averaging for step {step}",
+                    now,
+                    finding="part_sum",
+                    stage=stage,
+                    step=step,
+                )
+        dropped = []
+        for peer_id in sorted(disputed & self.members.keys()):
+            member = self.members[peer_id]
+            member.disputed_rounds += 1
+            others = sorted(q for pair in verdict.disputes if peer_id in pair for q in pair if q != peer_id)
+            why = f"its part check disagrees with peers {others}' on what passed between them"
+            if member.disputed_rounds >= REJECTIONS_TO_BAN:
+                self._ban_faulty(
+                    member,
+                    f"{why}; {member.disputed_rounds} rounds in a row",
+                    now,
+                    finding="part_dispute",
+                    stage=stage,
+                    step=step,
+                )
+                continue
+            member.ready = False
+            member.waiting_reason = "its part check was disputed; copying the stage again"
+            dropped.append(peer_id)
+            self._event(
+                "parts_disputed",
+                f"{member.name}: {why}; left out of the step ({member.disputed_rounds} in a row, banned at "
+                f"{REJECTIONS_TO_BAN})",
+                member,
+                stage=stage,
+                step=step,
+                disputed_in_a_row=member.disputed_rounds,
+            )
+        if dropped and stage in self.rounds:
+            self._restart_round(stage, frozenset(dropped), now)
 
     # ---- verdicts --------------------------------------------------------------------------------
 

@@ -12,13 +12,24 @@ import torch
 
 from peer.averaging import Averager, norm_sq, sum_contributions
 from peer.butterfly import Part, PartInbox, assemble_parts, part_range, reduce_part
+from peer.faults import Fault
 from peer.frame_headers import ErrorReply, PushGrads
 from peer.frames import assemble_call, encode_payload, open_frame
 from peer.stage_server import StageServer
 from peer.transport import FramePool, FrameServer, UploadPacer
+from server.policies.part_check import PartReport, judge_parts
 from swarmhub.presets import get_preset
 from swarmhub.resources import frame_limits
-from swarmhub.wire import AveragingDone, CompressionName, PeerEndpoint, PeerUnreachable, StepBarrier
+from swarmhub.run_settings import CODEC_ERROR
+from swarmhub.wire import (
+    AveragingDone,
+    CheckParts,
+    CompressionName,
+    PartsChecked,
+    PeerEndpoint,
+    PeerUnreachable,
+    StepBarrier,
+)
 from tests.peer.test_averaging_attempts import Member, RecordedControl, endpoint
 from tests.peer.test_stage_server_checks import (
     LIMIT,
@@ -129,9 +140,11 @@ async def _close(members: dict[int, Member]) -> None:
         await m.frame_server.stop()
 
 
-def _trained_servers(ids: tuple[int, ...], codec: CompressionName) -> dict[int, StageServer]:
+def _trained_servers(
+    ids: tuple[int, ...], codec: CompressionName, faults: dict[int, Fault] | None = None
+) -> dict[int, StageServer]:
     run = run_spec(codec).model_copy(update={"num_stages": 2})
-    servers = {p: make_stage_server(p, 0, run) for p in ids}
+    servers = {p: make_stage_server(p, 0, run, (faults or {}).get(p)) for p in ids}
     for p, server in servers.items():
         # Each member trains a different microbatch: their sums differ.
         call(
@@ -162,6 +175,8 @@ def _average(
             for m in members.values():
                 m.pool.learn(group)
             await asyncio.gather(*(averagers[p].average(barrier) for p in listed))
+            check = CheckParts(step=0, attempt=0, stage=0, seed=12345)
+            await asyncio.gather(*(averagers[p].check_parts(check) for p in listed))
         finally:
             await _close(members)
         held = {p: a._pending_sum.get(0) for p, a in averagers.items()}
@@ -199,6 +214,9 @@ def test_members_of_a_butterfly_round_hold_the_same_sum_and_report_its_parts(cod
         assert report.contributors == list(ids)
         assert report.counted == ["mb-4", "mb-5", "mb-6"]
         assert report.grad_sum_norm_sq == done[4].grad_sum_norm_sq == pytest.approx(norm_sq(total), rel=1e-9)
+    # The part check passes on what honest members handled.
+    checks = _part_reports(outcome)
+    assert judge_parts(list(ids), checks, CODEC_ERROR[codec]).clean
     # Each member reports every sender's part of its own: the parts' squared norms add up to the whole's.
     for sender in ids:
         parts = [c.norm_sq for report in done.values() for c in report.contributions if c.peer_id == sender]
@@ -257,3 +275,25 @@ def test_a_malformed_part_is_refused_and_nothing_is_kept(
         assert server.parts.arrived(0, 0, {5: 1}, reduced=False, parts=3) == set()
     finally:
         server.close()
+
+
+def _part_reports(outcome: dict[int, tuple[RecordedControl, torch.Tensor | None]]) -> dict[int, PartReport]:
+    reports = {}
+    for p, (control, _) in outcome.items():
+        (checked,) = [m for m in control.sent if isinstance(m, PartsChecked)]
+        reports[p] = PartReport(**checked.model_dump(include=set(PartReport.__dataclass_fields__)))
+    return reports
+
+
+@pytest.mark.parametrize("codec", ["none", "int8"])
+def test_an_owner_that_sends_everyone_a_wrong_sum_of_its_part_is_convicted_by_the_part_check(
+    codec: CompressionName,
+) -> None:
+    """Peer 5 (`--fault part:1.5`) sums its part and sends everyone one and a half times it: the
+    members agree on what they hold (the norms match), and only the part check tells."""
+    ids = (4, 5, 6)
+    outcome = _average(_trained_servers(ids, codec, {5: Fault(kind="part", amount=1.5)}), codec, list(ids))
+    reports = [m for control, _ in outcome.values() for m in control.sent if isinstance(m, AveragingDone)]
+    assert len({r.grad_sum_norm_sq for r in reports}) == 1
+    verdict = judge_parts(list(ids), _part_reports(outcome), CODEC_ERROR[codec])
+    assert verdict.convicted.keys() == {5} and not verdict.disputes

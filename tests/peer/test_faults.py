@@ -16,6 +16,7 @@ from peer.faults import Fault
         ("noise:0.05", "noise", 0.05),
         ("noise:1", "noise", 1.0),
         ("scale:50", "scale", 50.0),
+        ("part:1.5", "part", 1.5),
         ("stale", "stale", 0.0),
     ],
 )
@@ -28,14 +29,14 @@ def test_accepted_forms(text: str, kind: str, amount: float) -> None:
 @pytest.mark.parametrize(
     "text",
     ["", "noise", "noise:", "noise:0", "noise:1.5", "noise:-0.1", "noise:nan", "noise:x",
-     "scale:0", "scale:-2", "stale:3", "flip:0.5", "Noise:0.1"],
+     "scale:0", "scale:-2", "part:0", "part:inf", "stale:3", "flip:0.5", "Noise:0.1"],
 )  # fmt: skip
 def test_refused_forms_name_the_accepted_ones(text: str) -> None:
     with pytest.raises(ValueError) as info:
         Fault.parse(text)
     message = str(info.value)
     assert f"--fault {text!r}" in message
-    assert "noise:FRACTION (0 < FRACTION <= 1), scale:FACTOR (FACTOR > 0) or stale" in message
+    assert "noise:FRACTION (0 < FRACTION <= 1), scale:FACTOR or part:FACTOR (FACTOR > 0), or stale" in message
 
 
 def test_noise_corrupts_about_its_fraction_of_results() -> None:

@@ -3,25 +3,32 @@ the cost of spot checks booked per step, and contributions out of proportion to 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from server.policies.arbitration import CASE_TTL_S, MAX_OPEN_CASES_PER_REPORTER
+from server.policies.part_check import PartReport
 from server.swarm import decisions as do
 from server.swarm import inputs as on
 from server.swarm.membership import FAULTY_CLOSE_CODE
+from server.swarm.verification import REJECTIONS_TO_BAN
 from swarmhub.status import PeerState
 from swarmhub.wire import (
     Arbitrate,
     ArbitrationVerdict,
     AveragingDone,
+    CheckParts,
     CheckTally,
     ContributionNorm,
     Heartbeat,
+    PartsChecked,
     SpotCheckMismatch,
     StepBarrier,
     WorkGrant,
     WorkRequest,
 )
+from tests.policies.test_part_check import honest_reports, with_change
 from tests.server.test_run_machine import Swarm, keep_alive, new_swarm, of, sent
 
 TRAINER = 1
@@ -480,6 +487,8 @@ def test_a_butterfly_round_judges_each_contribution_by_the_sum_of_its_parts():
         )
     (event,) = [e for e in of(out, do.RecordEvent) if e.kind == "contribution_rejected"]
     assert event.peer_id == 4 and event.data["norm"] == pytest.approx(200.0) and "50x" in event.message
+    # A rejected round is not checked: it is retried without the member at once.
+    assert checks_sent(out) == []
     (barrier,) = [m for d in of(out, do.Send) if isinstance(m := d.message, StepBarrier)]
     assert (barrier.attempt, [p.peer_id for p in barrier.group], barrier.pattern) == (1, [2, 3], "butterfly")
     out = []
@@ -496,5 +505,139 @@ def test_a_butterfly_round_judges_each_contribution_by_the_sum_of_its_parts():
                 contributions=parts_seen_by(member, [2, 3]),
             ),
         )
+    # The step waits for the part check of the butterfly round.
+    assert of(out, do.RecordStep) == []
+    ((peers, check),) = checks_sent(out)
+    assert (peers, check.stage, check.attempt) == ((2, 3), 0, 1)
+    out = answer_check(swarm, check, [2, 3])
     (record,) = of(out, do.RecordStep)
     assert record.samples_counted == (8, 12)
+
+
+def checks_sent(out: list[do.Decision]) -> list[tuple[tuple[int, ...], CheckParts]]:
+    return [(d.peer_ids, m) for d in of(out, do.Send) if isinstance(m := d.message, CheckParts)]
+
+
+def answer_check(
+    swarm: Swarm, check: CheckParts, members: list[int], reports: dict[int, PartReport] | None = None
+) -> list[do.Decision]:
+    """Each of `members` answers the part check (honestly, unless `reports` says otherwise)."""
+    group = sorted(swarm.machine.rounds[check.stage].group)
+    reports = reports or honest_reports(group)
+    out = []
+    for member in members:
+        report = reports[member]
+        out += swarm.say(
+            member,
+            PartsChecked(
+                step=check.step, attempt=check.attempt, stage=check.stage, **dataclasses.asdict(report)
+            ),
+        )
+    return out
+
+
+def butterfly_stage(*members: int) -> tuple[Swarm, CheckParts]:
+    """Stage 0 of `members` in a butterfly, stage 1 of peer 9, which trains; every member of stage 0
+    reported its round, honestly: the part check is out."""
+    swarm = new_swarm(target=4 * len(members), butterfly_from=2)
+    for peer_id, stage in [*((m, 0) for m in members), (9, 1)]:
+        swarm.join(peer_id, stage=stage)
+        swarm.ready(peer_id)
+    ids = swarm.train(9)
+    out = swarm.say(
+        9, AveragingDone(step=0, attempt=0, stage=1, contributors=[9], counted=ids, grad_sum_norm_sq=1.0)
+    )
+    for member in members:
+        out += swarm.say(
+            member,
+            AveragingDone(
+                step=0,
+                attempt=0,
+                stage=0,
+                contributors=list(members),
+                counted=ids,
+                grad_sum_norm_sq=1.0,
+            ),
+        )
+    assert of(out, do.RecordStep) == []
+    ((peers, check),) = checks_sent(out)
+    assert peers == tuple(sorted(members)) and check.stage == 0
+    return swarm, check
+
+
+def test_a_clean_part_check_lets_the_step_be_recorded():
+    swarm, check = butterfly_stage(2, 3, 4, 5)
+    out = answer_check(swarm, check, [2, 3, 4])
+    assert of(out, do.RecordStep) == []
+    (record,) = of(answer_check(swarm, check, [5]), do.RecordStep)
+    assert record.attempts == (0, 0)
+
+
+def test_an_owner_convicted_by_the_part_check_is_banned_and_the_round_retried_without_it():
+    swarm, check = butterfly_stage(2, 3, 4, 5)
+    reports = honest_reports([2, 3, 4, 5])
+    # Owner 4 (part 2) sent everyone a wrong sum of its part: all hold it so.
+    reports = {m: dataclasses.replace(r, held=with_change(r.held, 2, 1.0)) for m, r in reports.items()}
+    out = answer_check(swarm, check, [2, 3, 4, 5], reports)
+    (close,) = of(out, do.Close)
+    assert close.peer_id == 4 and close.code == FAULTY_CLOSE_CODE
+    (event,) = [e for e in of(out, do.RecordEvent) if e.kind == "peer_faulty"]
+    assert event.data["finding"] == "part_sum" and "part 2" in event.message
+    assert of(out, do.RecordStep) == []
+    (barrier,) = [m for d in of(out, do.Send) if isinstance(m := d.message, StepBarrier) and m.stage == 0]
+    assert (barrier.attempt, [p.peer_id for p in barrier.group]) == (1, [2, 3, 5])
+
+
+def disputing(sender: int, owner_rank: int, members: list[int]) -> dict[int, PartReport]:
+    """Honest reports but `sender`'s figure of what it sent to the owner of part `owner_rank`."""
+    reports = honest_reports(members)
+    reports[sender] = dataclasses.replace(
+        reports[sender], sent=with_change(reports[sender].sent, owner_rank, 0.5)
+    )
+    return reports
+
+
+def test_a_disputed_pair_is_left_out_and_the_round_retried_without_both():
+    swarm, check = butterfly_stage(2, 3, 4, 5)
+    out = answer_check(swarm, check, [2, 3, 4, 5], disputing(2, 1, [2, 3, 4, 5]))
+    assert of(out, do.Close) == [] and of(out, do.RecordStep) == []
+    events = [e for e in of(out, do.RecordEvent) if e.kind == "parts_disputed"]
+    assert sorted(e.peer_id for e in events) == [2, 3]
+    assert "[3]" in events[0].message and events[0].data["disputed_in_a_row"] == 1
+    assert not swarm.machine.members[2].ready and not swarm.machine.members[3].ready
+    (barrier,) = [m for d in of(out, do.Send) if isinstance(m := d.message, StepBarrier) and m.stage == 0]
+    assert [p.peer_id for p in barrier.group] == [4, 5]
+
+
+def test_a_member_disputed_in_its_third_round_in_a_row_is_banned_and_a_clean_check_starts_the_count_again():
+    swarm, check = butterfly_stage(2, 3, 4, 5)
+    swarm.machine.members[2].disputed_rounds = REJECTIONS_TO_BAN - 1
+    swarm.machine.members[3].disputed_rounds = 1
+    out = answer_check(swarm, check, [2, 3, 4, 5], disputing(2, 1, [2, 3, 4, 5]))
+    (close,) = of(out, do.Close)
+    assert close.peer_id == 2
+    (event,) = [e for e in of(out, do.RecordEvent) if e.kind == "peer_faulty"]
+    assert event.data["finding"] == "part_dispute"
+    assert swarm.machine.members[3].disputed_rounds == 2
+    swarm, check = butterfly_stage(2, 3, 4)
+    swarm.machine.members[3].disputed_rounds = 2
+    answer_check(swarm, check, [2, 3, 4])
+    assert swarm.machine.members[3].disputed_rounds == 0
+
+
+def test_a_member_lost_during_the_part_check_is_not_waited_for():
+    swarm, check = butterfly_stage(2, 3, 4, 5)
+    answer_check(swarm, check, [2, 3, 4])
+    out = swarm.feed(on.PeerLeft(now=swarm.now, peer_id=5, state=PeerState.LOST, reason="gone"))
+    (record,) = of(out, do.RecordStep)
+    assert record.attempts == (0, 0)
+
+
+def test_a_member_that_never_answers_the_part_check_is_gone_on_without_at_the_deadline():
+    swarm, check = butterfly_stage(2, 3, 4, 5)
+    answer_check(swarm, check, [2, 3, 4])
+    swarm.now += swarm.machine.averaging_limit_s(0) + 1
+    keep_alive(swarm)
+    out = swarm.feed(on.Tick(now=swarm.now))
+    (barrier,) = [m for d in of(out, do.Send) if isinstance(m := d.message, StepBarrier) and m.stage == 0]
+    assert (barrier.attempt, [p.peer_id for p in barrier.group]) == (1, [2, 3, 4])

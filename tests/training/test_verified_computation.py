@@ -177,3 +177,20 @@ def test_a_stage_of_two_is_settled_once_the_owners_trusted_verifier_peer_is_brou
     assert recruited[0]["id"] < banned[0]["id"]
     assert peers["local-4"]["stage"] == 0 and peers["local-4"]["state"] != "banned"
     assert_books_balance(steps, events, DEMO_RUN["num_stages"])
+
+
+@pytest.mark.timeout(600)
+def test_a_peer_sending_a_wrong_sum_of_its_butterfly_part_is_banned_by_the_part_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stage 0's three peers average in a butterfly (the threshold lowered to 3); one of them sends
+    everyone three times the sum of its part (`--fault part:3`). The members agree on what they
+    hold, so only the part check tells: it is banned, and no honest peer is."""
+    monkeypatch.setenv("SWARMHUB_BUTTERFLY_FROM_MEMBERS", "3")
+    placement = [(0, ("--fault", "part:3")), (0, ()), (0, ()), (1, ()), (1, ())]
+    result = _train("wrong part", {**INT8, "spot_check_fraction": 0.0}, placement, 10)
+    banned = {e["peer_id"]: e for e in _faulty_events(result)}
+    names = {p["id"]: p["name"] for p in result["peers"]}
+    findings = {names[peer_id]: event["data"]["finding"] for peer_id, event in banned.items()}
+    assert findings == {"local-0": "part_sum"}, (findings, result["logs"])
+    assert_books_balance(result["steps"], result["events"], DEMO_RUN["num_stages"])
