@@ -27,6 +27,7 @@ from server.fault_points import FaultPoint
 from server.feed import FeedHub
 from server.metrics import Metrics
 from server.models import Peer, Run, utcnow
+from server.policies.averaging import PatternRule
 from server.policies.step_book import StepBook
 from server.publish import commit_and_publish
 from server.run_health import health_frame, health_out, status_health
@@ -214,7 +215,10 @@ class LiveSwarm:
                 heartbeat_interval_s=self._settings.heartbeat_interval_s,
                 checkpoint_every_steps=self._settings.checkpoint_every_steps,
                 averaging_deadline_s=self._settings.averaging_deadline_s,
-                butterfly_from_members=self._settings.butterfly_from_members,
+                patterns=PatternRule(
+                    butterfly_from=self._settings.butterfly_from_members,
+                    most_extra_s=self._settings.all_to_all_most_extra_s,
+                ),
             ),
             last_apply=updates,
             now=time.monotonic(),

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from server.policies.averaging import ALL_TO_ALL_ALWAYS, PatternRule
 from sim.devices import DeviceMix, PeerKind
 from sim.stages import StageModel
 from swarmhub.presets import ModelPreset, get_preset
@@ -19,9 +20,9 @@ Mode = Literal["swarm", "static", "fixed"]
 """swarm: SWARM with rebalancing; static: SWARM without rebalancing (joiners still go to the weakest
 stage); fixed: one peer per stage, restarted from the last checkpoint whenever a member dies."""
 AveragingPattern = Literal["peers", "all-to-all", "butterfly"]
-"""peers: as the coordinator chooses by a round's size (`averaging_pattern`: all-to-all under
-`butterfly_from_members`, a butterfly from there); all-to-all: every round so, each member sending
-its sum to every other ((K-1) sums out per member); butterfly: every round a reduce-scatter and
+"""peers: as the coordinator chooses (`averaging_pattern`: a butterfly from `butterfly_from_members`,
+or from 3 members where all-to-all would take a second longer); all-to-all: every round so, each
+member sending its sum to every other ((K-1) sums out per member); butterfly: every round a reduce-scatter and
 all-gather (two sums' worth per member, `peer/butterfly.py`)."""
 
 CALL_TIMEOUT_S: float = PeerSettings.model_fields["call_timeout_s"].default
@@ -29,8 +30,6 @@ HEARTBEAT_TIMEOUT_S: float = ServerSettings.model_fields["heartbeat_timeout_s"].
 HEARTBEAT_INTERVAL_S: float = ServerSettings.model_fields["heartbeat_interval_s"].default
 AVERAGING_DEADLINE_S: float = ServerSettings.model_fields["averaging_deadline_s"].default
 BUTTERFLY_FROM_MEMBERS: int = ServerSettings.model_fields["butterfly_from_members"].default
-ALL_TO_ALL_ALWAYS = 1 << 30
-"""A threshold no round reaches."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,12 +62,14 @@ class Scenario:
     """The least time an averaging round gets before it goes on without the members holding it up."""
 
     @property
-    def butterfly_from(self) -> int:
-        """The threshold the coordinator's pattern choice is given: the setting, or one that forces
-        every round into the pattern named."""
+    def patterns(self) -> PatternRule:
+        """The rule the coordinator's pattern choice is given: its settings, or one that forces every
+        round into the pattern named."""
         if self.averaging == "butterfly":
-            return 2
-        return ALL_TO_ALL_ALWAYS if self.averaging == "all-to-all" else self.butterfly_from_members
+            return PatternRule(butterfly_from=2)
+        if self.averaging == "all-to-all":
+            return ALL_TO_ALL_ALWAYS
+        return PatternRule(butterfly_from=self.butterfly_from_members)
 
     join_spread_s: float = 5.0
     sample_every_s: float = 60.0

@@ -362,7 +362,7 @@ class SwarmSim:
                     self._wire_gradient_bytes,
                     collect_s,
                     self.round_times.scales(),
-                    self.sc.butterfly_from,
+                    self.sc.patterns,
                 ),
             )
         rounds = self.join_rounds[1]
@@ -852,10 +852,10 @@ class SwarmSim:
         stage_bytes = sum(model.gradient_bytes) / self.S
         rates = [pushing_rate(self._link_reading(p), peers[p].rounds_held_up) for p in group]
         slowest = min((r for r in rates if r is not None), default=None)
-        round_.pattern = averaging_pattern(len(group), self.sc.butterfly_from)
+        round_.pattern = averaging_pattern(len(group), wire, slowest, self.sc.patterns)
         allowance = push_allowance_s(stage_bytes, len(group), slowest, round_.pattern)
         if round_.attempt == 0:
-            self.round_modelled[stage] = round_s(len(group), wire, slowest, self.sc.butterfly_from)
+            self.round_modelled[stage] = round_s(len(group), wire, slowest, self.sc.patterns)
         timeout = max(transfer_timeout_s(int(wire * own_push_sums(round_.pattern, len(group)))), allowance)
         members = [
             Pusher(
@@ -1060,7 +1060,7 @@ class SwarmSim:
                 batch_size=self.sc.target_batch_size,
                 round_scale=self.round_times.scales(),
                 round_measured_s=self.round_times.measured_s(),
-                butterfly_from=self.sc.butterfly_from,
+                patterns=self.sc.patterns,
             ),
         )
         if plan is None:

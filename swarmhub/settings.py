@@ -81,6 +81,9 @@ class ServerSettings(BaseSettings):
     """A stage's round with at least this many members averages in a butterfly (each member sends and
     takes two sums' worth, whatever the size) instead of all-to-all (K-1 sums each way, but every
     member adds every contribution itself and reports its norm, the stronger check on strangers)."""
+    all_to_all_most_extra_s: float = Field(default=1.0, ge=0.0)
+    """A smaller round (from 3 members) goes in a butterfly too where all-to-all at its slowest
+    member's measured upload would take this many seconds longer; `inf`: never."""
     fault_point: str = Field(default="", pattern=r"^((averaged|recorded|applying|opened)@\d+)?$")
     """Testing aid, never for production: `POINT@STEP` makes the coordinator exit abruptly at that phase
     boundary of that step (averaged: before the step is written; recorded: written, no update sent;

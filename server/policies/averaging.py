@@ -176,16 +176,49 @@ class AveragingRound:
 
 BUTTERFLY_FROM_MEMBERS: int = ServerSettings.model_fields["butterfly_from_members"].default
 """Rounds of this many members or more average in a butterfly (the coordinator's setting)."""
+ALL_TO_ALL_MOST_EXTRA_S: float = ServerSettings.model_fields["all_to_all_most_extra_s"].default
+"""Smaller rounds go in a butterfly too where all-to-all would take this many seconds longer (the
+coordinator's setting)."""
 
 
-def averaging_pattern(members: int, butterfly_from: int = BUTTERFLY_FROM_MEMBERS) -> AveragingPattern:
-    """How a round of `members` exchanges its sums. All-to-all sends each member's whole sum to the
-    K-1 others: every member adds every contribution itself, so each contribution's norm is reported
-    by K-1 members and a liar among them cannot move the median; but a member's traffic grows with K,
-    and in the simulator a 300-member stage (10,000 peers over 32 stages) never finished a round. A
-    butterfly sends and takes 2(K-1)/K sums per member whatever K: each member sums one K-th of
-    every contribution and sends that part back to all."""
-    return "butterfly" if members >= butterfly_from else "all_to_all"
+@dataclass(frozen=True, kw_only=True)
+class PatternRule:
+    """How the coordinator picks a round's pattern (`averaging_pattern`): its two settings."""
+
+    butterfly_from: int = BUTTERFLY_FROM_MEMBERS
+    most_extra_s: float = ALL_TO_ALL_MOST_EXTRA_S
+
+
+ALL_TO_ALL_ALWAYS = PatternRule(butterfly_from=1 << 30, most_extra_s=math.inf)
+"""Every round all-to-all: what the peers did before `peer/butterfly.py`."""
+
+
+def averaging_pattern(
+    members: int,
+    sum_bytes: float = 0.0,
+    slowest_upload: float | None = None,
+    rule: PatternRule = PatternRule(),
+) -> AveragingPattern:
+    """How a round of `members` exchanges its sums of `sum_bytes`. All-to-all sends each member's
+    whole sum to the K-1 others: every member adds every contribution itself, so each contribution's
+    norm is reported by K-1 members and a liar among them cannot move the median, and a new attempt
+    pushes only the sums not delivered yet; but a member's traffic grows with K, and in the simulator
+    a 300-member stage (10,000 peers over 32 stages) never finished a round. A butterfly sends and
+    takes 2(K-1)/K sums per member whatever K: each member sums one K-th of every contribution and
+    sends that part back to all.
+
+    Rounds of `rule.butterfly_from` members or more go in a butterfly. Smaller ones from 3 members
+    (where a butterfly sends less) go in one too where all-to-all at the slowest member's measured
+    upload would take more than `rule.most_extra_s` longer: the stronger check is kept where it is
+    cheap. In the simulator's 1,000-peer swarm the rate plan gave the embeddings' stage (14 MB sums)
+    5 members, whose all-to-all round took 153 s a step against 31 s for every butterfly stage: 0.102
+    of ideal, 0.135 with this rule (`docs/benchmarks.md`)."""
+    if members >= rule.butterfly_from:
+        return "butterfly"
+    if members < 3 or slowest_upload is None or slowest_upload <= 0:
+        return "all_to_all"
+    saved = sums_each_way("all_to_all", members) - sums_each_way("butterfly", members)
+    return "butterfly" if saved * sum_bytes / slowest_upload > rule.most_extra_s else "all_to_all"
 
 
 def sums_each_way(pattern: AveragingPattern, members: int) -> float:

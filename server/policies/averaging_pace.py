@@ -41,9 +41,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from server.policies.averaging import BUTTERFLY_FROM_MEMBERS, averaging_pattern, sums_each_way
+from server.policies.averaging import PatternRule, averaging_pattern, sums_each_way
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,8 +60,8 @@ class StepAveraging:
     """Per stage, how long its timed rounds took (`round_timing.RoundTimes.measured_s`); None or
     missing: never timed. Members leave a stage for averaging only if its rounds took longer than
     the step's collecting."""
-    butterfly_from: int = BUTTERFLY_FROM_MEMBERS
-    """Rounds of this many members go in a butterfly (the coordinator's setting)."""
+    patterns: PatternRule = field(default_factory=PatternRule)
+    """Which rounds go in a butterfly (the coordinator's settings)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,13 +80,14 @@ def round_s(
     members: int,
     gradient_bytes: float,
     slowest_upload: float | None,
-    butterfly_from: int = BUTTERFLY_FROM_MEMBERS,
+    patterns: PatternRule = PatternRule(),
 ) -> float:
     """Seconds a round of `members` takes at its slowest member's upload, in the pattern the
     coordinator gives it (`averaging_pattern`; 0: nothing to push, or no upload measured)."""
     if members < 2 or slowest_upload is None or slowest_upload <= 0:
         return 0.0
-    sums = sums_each_way(averaging_pattern(members, butterfly_from), members)
+    pattern = averaging_pattern(members, gradient_bytes, slowest_upload, patterns)
+    sums = sums_each_way(pattern, members)
     return sums * gradient_bytes / slowest_upload
 
 
@@ -116,7 +117,7 @@ class RoundBudget:
         gradient_bytes: Sequence[float],
         collect_s: float,
         round_scale: Sequence[float | None] = (),
-        butterfly_from: int = BUTTERFLY_FROM_MEMBERS,
+        patterns: PatternRule = PatternRule(),
     ) -> None:
         """The budget of stages with these member counts and slowest uploads (`slower_upload`): all
         a budget keeps of its members, which a caller going over them anyway tallies as it goes (the
@@ -124,7 +125,7 @@ class RoundBudget:
         peers in a large swarm)."""
         if not len(counts) == len(slowest) == len(gradient_bytes):
             raise ValueError("need one count, one slowest upload and one sum size per stage")
-        self.butterfly_from = butterfly_from
+        self.patterns = patterns
         self.gradient_bytes = list(gradient_bytes)
         self.scale = [scale_of(round_scale, s) for s in range(len(gradient_bytes))]
         self.counts = list(counts)
@@ -140,25 +141,25 @@ class RoundBudget:
         gradient_bytes: Sequence[float],
         collect_s: float,
         round_scale: Sequence[float | None] = (),
-        butterfly_from: int = BUTTERFLY_FROM_MEMBERS,
+        patterns: PatternRule = PatternRule(),
     ) -> RoundBudget:
         counts = [0] * len(gradient_bytes)
         slowest: list[float | None] = [None] * len(gradient_bytes)
         for u in uplinks:
             counts[u.stage] += 1
             slowest[u.stage] = slower_upload(slowest[u.stage], u.upload)
-        return cls(counts, slowest, gradient_bytes, collect_s, round_scale, butterfly_from)
+        return cls(counts, slowest, gradient_bytes, collect_s, round_scale, patterns)
 
     def round_of(self, stage: int) -> float:
         return self.scale[stage] * round_s(
-            self.counts[stage], self.gradient_bytes[stage], self.slowest[stage], self.butterfly_from
+            self.counts[stage], self.gradient_bytes[stage], self.slowest[stage], self.patterns
         )
 
     def round_joined(self, stage: int, upload: float | None) -> float:
         """`stage`'s round with one member more, pushing at `upload`."""
         slowest = slower_upload(self.slowest[stage], upload)
         return self.scale[stage] * round_s(
-            self.counts[stage] + 1, self.gradient_bytes[stage], slowest, self.butterfly_from
+            self.counts[stage] + 1, self.gradient_bytes[stage], slowest, self.patterns
         )
 
     def admits(self, stage: int, upload: float | None) -> bool:
@@ -228,7 +229,7 @@ def choose_pace_moves(
     horizon_s: float,
     round_scale: Sequence[float | None] = (),
     round_measured_s: Sequence[float | None] = (),
-    butterfly_from: int = BUTTERFLY_FROM_MEMBERS,
+    patterns: PatternRule = PatternRule(),
 ) -> PacePlan | None:
     """Moves of members off the stages whose rounds are the step's longest, or None.
 
@@ -274,7 +275,7 @@ def choose_pace_moves(
     scale = [scale_of(round_scale, t) for t in range(num_stages)]
 
     def round_at(t: int, members: int, slowest_upload: float | None) -> float:
-        return scale[t] * round_s(members, gradient_bytes[t], slowest_upload, butterfly_from)
+        return scale[t] * round_s(members, gradient_bytes[t], slowest_upload, patterns)
 
     def rounds() -> list[float]:
         return [round_at(t, counts[t], slowest(t)) for t in range(num_stages)]

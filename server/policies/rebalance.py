@@ -323,7 +323,7 @@ def choose_moves(
             return eased
         collect_s = step_s(averaging.batch_size, rate, 0.0)
         budget = RoundBudget.of_uplinks(
-            uplinks, averaging.gradient_bytes, collect_s, averaging.round_scale, averaging.butterfly_from
+            uplinks, averaging.gradient_bytes, collect_s, averaging.round_scale, averaging.patterns
         )
     plan = _plan(swarm, counts, budget)
     if not plan:
@@ -412,7 +412,7 @@ def _ease_averaging(
         horizon_s=horizon_s,
         round_scale=averaging.round_scale,
         round_measured_s=averaging.round_measured_s,
-        butterfly_from=averaging.butterfly_from,
+        patterns=averaging.patterns,
     )
     if plan is None:
         return None

@@ -256,7 +256,7 @@ class Membership(StepCycle):
                 self._push_bytes(),
                 collect_s,
                 self.round_times.scales(),
-                self.settings.butterfly_from_members,
+                self.settings.patterns,
             ),
         )
 
@@ -559,7 +559,7 @@ class Membership(StepCycle):
                 batch_size=spec.target_batch_size,
                 round_scale=self.round_times.scales(),
                 round_measured_s=self.round_times.measured_s(),
-                butterfly_from=self.settings.butterfly_from_members,
+                patterns=self.settings.patterns,
             ),
         )
         if plan is None:

@@ -16,12 +16,12 @@ reached its barrier and was averaged are kept here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from server.policies.averaging import (
-    BUTTERFLY_FROM_MEMBERS,
     AveragingRound,
+    PatternRule,
     averaging_pattern,
     push_allowance_s,
     pushing_rate,
@@ -80,8 +80,8 @@ class MachineSettings:
     checkpoint_every_steps: int
     averaging_deadline_s: float
     """The least time an averaging round gets before it goes on without the members holding it up."""
-    butterfly_from_members: int = BUTTERFLY_FROM_MEMBERS
-    """Rounds of this many members or more average in a butterfly (`averaging_pattern`)."""
+    patterns: PatternRule = field(default_factory=PatternRule)
+    """Which rounds average in a butterfly (`averaging_pattern`)."""
 
 
 class StepCycle:
@@ -238,12 +238,12 @@ class StepCycle:
         members = [self.members[p] for p in sorted(round_.group) if p in self.members]
         links = [r for m in members if (r := pushing_rate(m.inbound_link, m.rounds_held_up)) is not None]
         slowest = min(links, default=None)
-        butterfly_from = self.settings.butterfly_from_members
-        round_.pattern = averaging_pattern(len(members), butterfly_from)
+        patterns = self.settings.patterns
+        pushed = self._push_bytes()[stage]
+        round_.pattern = averaging_pattern(len(members), pushed, slowest, patterns)
         allowance = push_allowance_s(self._stage_gradient_bytes(), len(members), slowest, round_.pattern)
         if round_.attempt == 0:
-            pushed = self._push_bytes()[stage]
-            self.round_modelled[stage] = round_s(len(members), pushed, slowest, butterfly_from)
+            self.round_modelled[stage] = round_s(len(members), pushed, slowest, patterns)
         self.push_allowance[stage] = allowance
         barrier = StepBarrier(
             step=self.book.step,

@@ -7,10 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.policies.averaging import (
+    ALL_TO_ALL_ALWAYS,
     ASSUMED_LINK_BYTES_PER_S,
     PUSH_BASE_S,
     SLOWEST_LINK_WAITED_FOR,
     AveragingRound,
+    PatternRule,
     averaging_pattern,
     push_allowance_s,
     pushing_rate,
@@ -288,8 +290,52 @@ def test_push_allowance_follows_the_slowest_measured_link(
 def test_large_rounds_go_in_a_butterfly_whose_traffic_does_not_grow_with_k(
     members: int, butterfly_from: int, pattern: str, sums: float
 ) -> None:
-    assert averaging_pattern(members, butterfly_from) == pattern
-    assert sums_each_way(averaging_pattern(members, butterfly_from), members) == pytest.approx(sums)
+    rule = PatternRule(butterfly_from=butterfly_from)
+    assert averaging_pattern(members, rule=rule) == pattern
+    assert sums_each_way(averaging_pattern(members, rule=rule), members) == pytest.approx(sums)
+
+
+@pytest.mark.parametrize(
+    ("members", "sum_bytes", "slowest", "rule", "pattern"),
+    [
+        pytest.param(5, 14 * MB, None, PatternRule(), "all_to_all", id="nothing measured: all-to-all"),
+        pytest.param(
+            5,
+            1 * MB,
+            125 * MB,
+            PatternRule(),
+            "all_to_all",
+            id="a data-centre link: 19 ms dearer, all-to-all",
+        ),
+        pytest.param(
+            5,
+            14 * MB,
+            2.5 * MB,
+            PatternRule(),
+            "butterfly",
+            id="14 MB sums at 20 Mbit/s: 13 s dearer, butterfly",
+        ),
+        pytest.param(
+            3, 2.5 * MB, 2.5 * MB, PatternRule(), "all_to_all", id="three members, 0.67 s dearer: all-to-all"
+        ),
+        pytest.param(
+            3, 4 * MB, 2.5 * MB, PatternRule(), "butterfly", id="three members, 1.07 s dearer: butterfly"
+        ),
+        pytest.param(
+            2, 14 * MB, 2.5 * MB, PatternRule(), "all_to_all", id="two members: a butterfly sends as much"
+        ),
+        pytest.param(
+            5, 14 * MB, 2.5 * MB, ALL_TO_ALL_ALWAYS, "all_to_all", id="the extra seconds never counted"
+        ),
+        pytest.param(
+            8, 14 * MB, 2.5 * MB, PatternRule(most_extra_s=60.0), "all_to_all", id="29 s dearer, 60 s allowed"
+        ),
+    ],
+)
+def test_a_small_round_goes_in_a_butterfly_where_all_to_all_would_cost_the_step_seconds(
+    members: int, sum_bytes: float, slowest: float | None, rule: PatternRule, pattern: str
+) -> None:
+    assert averaging_pattern(members, sum_bytes, slowest, rule) == pattern
 
 
 @pytest.mark.parametrize(

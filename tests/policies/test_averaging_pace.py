@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from server.policies.averaging import ALL_TO_ALL_ALWAYS, PatternRule
 from server.policies.averaging_pace import (
     MOST_PACE_MOVES,
     STAYING_MEMBERS,
@@ -24,9 +25,9 @@ SLOW, BROADBAND, FAST = 2.5 * MB, 12.5 * MB, 125 * MB
 """20 Mbit/s, 100 Mbit/s and 1 Gbit/s uploads."""
 HEAVY, LIGHT = 14 * MB, 1.3 * MB
 """swarm-ref's head stage's int8 gradient sum, and a middle stage's, at 8 stages."""
-ALL_TO_ALL = 10_000
-"""A butterfly threshold no stage here reaches: these rules are pinned for all-to-all rounds, whose
-K-1 pushes make a large stage's round long (a butterfly's is two sums whatever K)."""
+ALL_TO_ALL = ALL_TO_ALL_ALWAYS
+"""Every round all-to-all: these rules are pinned for all-to-all rounds, whose K-1 pushes make a
+large stage's round long (a butterfly's is two sums whatever K)."""
 
 
 def uplinks(*stages: Sequence[float | None]) -> list[Uplink]:
@@ -48,31 +49,57 @@ def uplinks(*stages: Sequence[float | None]) -> list[Uplink]:
     ],
 )
 def test_round_s(members: int, gradient_bytes: float, slowest: float | None, expected: float) -> None:
-    assert round_s(members, gradient_bytes, slowest, butterfly_from=ALL_TO_ALL) == pytest.approx(expected)
+    assert round_s(members, gradient_bytes, slowest, patterns=ALL_TO_ALL) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
-    ("members", "butterfly_from", "expected"),
+    ("members", "gradient_bytes", "rule", "expected"),
     [
-        pytest.param(8, 9, 7 * HEAVY / SLOW, id="under the threshold: all-to-all"),
-        pytest.param(9, 9, 2 * 8 / 9 * HEAVY / SLOW, id="at the threshold: two sums' worth"),
-        pytest.param(300, 9, 2 * 299 / 300 * HEAVY / SLOW, id="300 members: still under two sums"),
-        pytest.param(2, 2, HEAVY / SLOW, id="two members in a butterfly: half a sum each way, twice"),
+        pytest.param(
+            8, LIGHT / 10, PatternRule(), 7 * LIGHT / 10 / SLOW, id="cheap, under the threshold: all-to-all"
+        ),
+        pytest.param(
+            8,
+            HEAVY,
+            PatternRule(),
+            2 * 7 / 8 * HEAVY / SLOW,
+            id="under the threshold but 29 s dearer: butterfly",
+        ),
+        pytest.param(
+            8, HEAVY, ALL_TO_ALL, 7 * HEAVY / SLOW, id="the extra seconds never counted: all-to-all"
+        ),
+        pytest.param(
+            9, HEAVY, PatternRule(), 2 * 8 / 9 * HEAVY / SLOW, id="at the threshold: two sums' worth"
+        ),
+        pytest.param(
+            300, HEAVY, PatternRule(), 2 * 299 / 300 * HEAVY / SLOW, id="300 members: under two sums"
+        ),
+        pytest.param(
+            2,
+            HEAVY,
+            PatternRule(butterfly_from=2),
+            HEAVY / SLOW,
+            id="two members in a butterfly: half a sum, twice",
+        ),
     ],
 )
-def test_round_s_of_a_butterfly(members: int, butterfly_from: int, expected: float) -> None:
-    assert round_s(members, HEAVY, SLOW, butterfly_from=butterfly_from) == pytest.approx(expected)
+def test_round_s_of_a_butterfly(
+    members: int, gradient_bytes: float, rule: PatternRule, expected: float
+) -> None:
+    assert round_s(members, gradient_bytes, SLOW, rule) == pytest.approx(expected)
 
 
-def test_the_default_threshold_is_the_coordinators_setting() -> None:
-    assert RoundBudget([9], [SLOW], [HEAVY], collect_s=0.0).rounds == [round_s(9, HEAVY, SLOW, 9)]
-    assert StepAveraging(gradient_bytes=[HEAVY], batch_size=1).butterfly_from == 9
+def test_the_default_rule_is_the_coordinators_settings() -> None:
+    assert RoundBudget([9], [SLOW], [HEAVY], collect_s=0.0).rounds == [round_s(9, HEAVY, SLOW, PatternRule())]
+    assert StepAveraging(gradient_bytes=[HEAVY], batch_size=1).patterns == PatternRule(
+        butterfly_from=9, most_extra_s=1.0
+    )
 
 
 def test_a_stage_round_is_paced_by_its_slowest_measured_member() -> None:
     peers = uplinks([FAST, None, BROADBAND], [SLOW, FAST], [None, None], [FAST])
     rounds = RoundBudget.of_uplinks(
-        peers, [HEAVY, LIGHT, HEAVY, HEAVY], collect_s=0.0, butterfly_from=ALL_TO_ALL
+        peers, [HEAVY, LIGHT, HEAVY, HEAVY], collect_s=0.0, patterns=ALL_TO_ALL
     ).rounds
     assert rounds == pytest.approx([2 * HEAVY / BROADBAND, LIGHT / SLOW, 0.0, 0.0])
 
@@ -106,14 +133,14 @@ def test_round_budget_admits_only_who_keeps_the_step_averaging_as_long(
     stage: int, upload: float | None, admitted: bool
 ) -> None:
     peers = uplinks([FAST] * 4, [BROADBAND] * 10, [FAST] * 3)
-    budget = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, butterfly_from=ALL_TO_ALL)
+    budget = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, patterns=ALL_TO_ALL)
     assert budget.budget_s == pytest.approx(9 * HEAVY / BROADBAND)
     assert budget.admits(stage, upload) is admitted
 
 
 def test_round_budget_sees_the_members_a_plan_already_added() -> None:
     peers = uplinks([FAST] * 2, [FAST] * 8)
-    budget = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY], collect_s=1.0, butterfly_from=ALL_TO_ALL)
+    budget = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY], collect_s=1.0, patterns=ALL_TO_ALL)
     # Stage 1's round, 7 x 14 MB at 1 Gbit/s = 0.78 s, is under the second of collecting.
     assert budget.admits(1, FAST)
     budget.join(1, FAST)
@@ -134,8 +161,8 @@ def test_a_budget_of_stage_tallies_is_the_budget_of_their_uplinks(stages: list[l
     scale = [None, 0.5, 2.0, None]
     counts = [len(members) for members in stages]
     slowest = [min((u for u in members if u is not None), default=None) for members in stages]
-    whole = RoundBudget.of_uplinks(peers, sizes, collect_s=3.0, round_scale=scale, butterfly_from=ALL_TO_ALL)
-    tallied = RoundBudget(counts, slowest, sizes, collect_s=3.0, round_scale=scale, butterfly_from=ALL_TO_ALL)
+    whole = RoundBudget.of_uplinks(peers, sizes, collect_s=3.0, round_scale=scale, patterns=ALL_TO_ALL)
+    tallied = RoundBudget(counts, slowest, sizes, collect_s=3.0, round_scale=scale, patterns=ALL_TO_ALL)
     assert (tallied.counts, tallied.slowest, tallied.rounds, tallied.budget_s) == (
         whole.counts,
         whole.slowest,
@@ -152,7 +179,7 @@ def test_a_budget_of_stage_tallies_is_the_budget_of_their_uplinks(stages: list[l
 
 def test_a_budget_of_stage_tallies_needs_one_of_each_per_stage() -> None:
     with pytest.raises(ValueError, match="one count"):
-        RoundBudget([1, 2], [FAST], [HEAVY, LIGHT], collect_s=1.0, butterfly_from=ALL_TO_ALL)
+        RoundBudget([1, 2], [FAST], [HEAVY, LIGHT], collect_s=1.0, patterns=ALL_TO_ALL)
 
 
 def decide(
@@ -175,7 +202,7 @@ def decide(
     scale = [1.0] * len(gradient_bytes) if round_scale is None else round_scale
     if round_measured_s is None:
         modelled = RoundBudget.of_uplinks(
-            peers, gradient_bytes, collect_s=0.0, round_scale=scale, butterfly_from=ALL_TO_ALL
+            peers, gradient_bytes, collect_s=0.0, round_scale=scale, patterns=ALL_TO_ALL
         ).rounds
         round_measured_s = [
             seconds if t < len(scale) and scale[t] is not None else None for t, seconds in enumerate(modelled)
@@ -199,7 +226,7 @@ def decide(
         horizon_s=horizon_s,
         round_scale=scale,
         round_measured_s=round_measured_s,
-        butterfly_from=ALL_TO_ALL,
+        patterns=ALL_TO_ALL,
     )
     return None if plan is None else ([(peer, to) for peer, _, to in plan.moves], plan.step_after_s)
 
@@ -307,7 +334,7 @@ def test_a_large_stage_of_members_as_fast_as_each_other_sheds_the_least_served()
         horizon_s=30.0,
         round_scale=[1.0] * 3,
         round_measured_s=[0.1, 0.1, 28.0],
-        butterfly_from=ALL_TO_ALL,
+        patterns=ALL_TO_ALL,
     )
     assert plan is not None
     movers = [peer for peer, _, _ in plan.moves]
@@ -318,7 +345,7 @@ def test_a_large_stage_of_members_as_fast_as_each_other_sheds_the_least_served()
     moved = {peer: to for peer, _, to in plan.moves}
     after = [Uplink(peer_id=u.peer_id, stage=moved.get(u.peer_id, u.stage), upload=u.upload) for u in peers]
     budget = RoundBudget.of_uplinks(
-        after, [LIGHT, LIGHT, HEAVY], collect_s=4096 / pipeline_rate(moved), butterfly_from=ALL_TO_ALL
+        after, [LIGHT, LIGHT, HEAVY], collect_s=4096 / pipeline_rate(moved), patterns=ALL_TO_ALL
     )
     assert not budget.admits(2, BROADBAND)
 
@@ -412,9 +439,9 @@ def test_nobody_leaves_a_stage_whose_rounds_were_never_timed(round_scale: list[f
 
 def test_round_budget_sizes_rounds_by_how_they_were_timed() -> None:
     peers = uplinks([FAST] * 4, [BROADBAND] * 10, [FAST] * 3)
-    modelled = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, butterfly_from=ALL_TO_ALL)
+    modelled = RoundBudget.of_uplinks(peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, patterns=ALL_TO_ALL)
     timed = RoundBudget.of_uplinks(
-        peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, round_scale=[None, 0.1, 1.0], butterfly_from=ALL_TO_ALL
+        peers, [LIGHT, HEAVY, HEAVY], collect_s=8.0, round_scale=[None, 0.1, 1.0], patterns=ALL_TO_ALL
     )
     assert timed.rounds == pytest.approx([modelled.rounds[0], modelled.rounds[1] / 10, modelled.rounds[2]])
     # Stage 1's round, timed at 1 s, is hidden under the 8 s of collecting: a slow uplink may join.

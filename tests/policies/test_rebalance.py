@@ -11,6 +11,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from server.policies.averaging import ALL_TO_ALL_ALWAYS
 from server.policies.averaging_pace import StepAveraging
 from server.policies.rate_estimate import SETTLE_READINGS, RateEstimate
 from server.policies.rebalance import (
@@ -24,8 +25,8 @@ from server.policies.rebalance import (
 from swarmhub.stage_cost import stage_bytes_per_sample
 
 HORIZON_S = 30.0
-ALL_TO_ALL = 10_000
-"""A butterfly threshold no stage here reaches: the averaging rules are pinned for all-to-all."""
+ALL_TO_ALL = ALL_TO_ALL_ALWAYS
+"""Every round all-to-all: the averaging rules are pinned for all-to-all."""
 
 
 def loads(*stages: list[float] | list[tuple[float, int]]) -> list[PeerLoad]:
@@ -720,7 +721,7 @@ def test_the_plan_passes_over_a_slow_uplink_that_would_pace_a_heavy_stage(
         gradient_bytes=[LIGHT_SUM, HEAVY_SUM],
         batch_size=batch_size,
         round_scale=[1.0] * 2,
-        butterfly_from=ALL_TO_ALL,
+        patterns=ALL_TO_ALL,
     )
     assert moves_of(decide(peers, 2, averaging=averaging)) == expected
 
@@ -736,7 +737,7 @@ def test_slow_uplinks_pacing_a_heavy_stage_move_to_light_ones() -> None:
         batch_size=4096,
         round_scale=[1.0] * 3,
         round_measured_s=[0.1, 0.1, 50.0],
-        butterfly_from=ALL_TO_ALL,
+        patterns=ALL_TO_ALL,
     )
     plan = decide(peers, 3, averaging=averaging, state_bytes=[20 * MB, 20 * MB, 180 * MB])
     assert plan is not None
@@ -768,7 +769,7 @@ def test_a_large_head_stage_sheds_members_over_a_few_decisions_and_none_comes_ba
         batch_size=4096,
         round_scale=[1.0] * 3,
         round_measured_s=[0.1, 0.1, 28.0],
-        butterfly_from=ALL_TO_ALL,
+        patterns=ALL_TO_ALL,
     )
     unsettled: set[int] = set()
     history: list[tuple[int, int, int]] = []
@@ -809,5 +810,5 @@ def test_averaging_must_name_every_stage() -> None:
         decide(
             loads([1.0], [1.0]),
             2,
-            averaging=StepAveraging(gradient_bytes=[1.0], batch_size=8, butterfly_from=ALL_TO_ALL),
+            averaging=StepAveraging(gradient_bytes=[1.0], batch_size=8, patterns=ALL_TO_ALL),
         )

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from server.policies.averaging import BUTTERFLY_FROM_MEMBERS, push_allowance_s
+from server.policies.averaging import ALL_TO_ALL_ALWAYS, PatternRule, push_allowance_s
 from server.policies.grant_pacing import outstanding_cap
 from server.policies.join_hold import JOIN_HOLD_S
 from server.policies.rejoin_backoff import FIRST_WAIT_S
@@ -182,7 +182,7 @@ def new_swarm(
     step: int = 0,
     target: int = 8,
     preset: str = "tiny",
-    butterfly_from: int = BUTTERFLY_FROM_MEMBERS,
+    patterns: PatternRule = PatternRule(),
 ) -> Swarm:
     machine = RunMachine(
         spec=spec(stages=stages, max_steps=max_steps, preset=preset),
@@ -195,7 +195,7 @@ def new_swarm(
             heartbeat_interval_s=1.0,
             checkpoint_every_steps=1000,
             averaging_deadline_s=DEADLINE_S,
-            butterfly_from_members=butterfly_from,
+            patterns=patterns,
         ),
         last_apply=last_apply or {},
         now=100.0,
@@ -767,8 +767,8 @@ def test_a_peer_the_coordinator_cannot_reach_trains_only():
 # ---- averaging has a deadline -------------------------------------------------------------------
 
 
-def three_on_stage_zero(preset: str = "tiny") -> Swarm:
-    swarm = new_swarm(stages=1, preset=preset)
+def three_on_stage_zero(preset: str = "tiny", patterns: PatternRule = PatternRule()) -> Swarm:
+    swarm = new_swarm(stages=1, preset=preset, patterns=patterns)
     for peer_id in (1, 2, 3):
         swarm.join(peer_id)
         swarm.ready(peer_id)
@@ -866,8 +866,32 @@ def barriers_in(decisions: list[do.Decision]) -> list[StepBarrier]:
     return [m for d in of(decisions, do.Send) if isinstance(m := d.message, StepBarrier)]
 
 
-def test_a_member_measured_slow_is_given_the_time_its_link_needs_then_dropped_then_more_time():
+def test_a_small_round_measured_slow_goes_in_a_butterfly():
+    # Three members under the size threshold, one measured at 1 MB/s: all-to-all would send each
+    # two of the one stage's 26 MB float32 sums against 4/3 in a butterfly, 17.5 s longer.
     swarm = three_on_stage_zero(preset="small")
+    gradient_bytes = 4 * get_preset("small").parameter_count
+    swarm.feed(on.Tick(now=swarm.now))
+    swarm.train(1)
+    (fast,) = barriers_in(swarm.log)
+    assert fast.pattern == "all_to_all"  # nothing measured: nothing says all-to-all costs the step
+    swarm = three_on_stage_zero(preset="small")
+    slow = 1e6
+    swarm.now += SWARM_VIEW_REFRESH_S
+    keep_alive(swarm)
+    for reporter in (1, 2):
+        swarm.say(reporter, Heartbeat(throughput=10.0, queue_length=0, samples_done=0, links={3: slow}))
+    swarm.feed(on.Tick(now=swarm.now))
+    swarm.train(1)
+    (barrier,) = barriers_in(swarm.log)
+    assert barrier.pattern == "butterfly"
+    assert barrier.push_timeout_s == push_allowance_s(gradient_bytes, 3, slow, "butterfly")
+
+
+def test_a_member_measured_slow_is_given_the_time_its_link_needs_then_dropped_then_more_time():
+    # All-to-all, as this allowance is sized (a 3-member round this slow goes in a butterfly by
+    # default: `test_a_small_round_measured_slow_goes_in_a_butterfly`).
+    swarm = three_on_stage_zero(preset="small", patterns=ALL_TO_ALL_ALWAYS)
     slow = 1e6  # bytes/s both ways: slower than peers assume, not choked
     swarm.now += SWARM_VIEW_REFRESH_S  # the next view refreshes what links carry
     keep_alive(swarm)

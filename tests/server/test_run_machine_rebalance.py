@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from server.policies.averaging import AveragingRound
+from server.policies.averaging import ALL_TO_ALL_ALWAYS, AveragingRound
 from server.policies.join_hold import EMPTY_STAGE_WAIT_S, JOIN_HOLD_S
 from server.policies.step_book import StepBook
 from server.swarm import decisions as do
@@ -209,7 +209,8 @@ def harness(
     loading: frozenset[int] = frozenset(),
 ) -> Harness:
     """Peers 1, 2, ... on the given stages, all ready but those `loading` their stage still; by
-    default each 10 samples/s on stage 0."""
+    default each 10 samples/s on stage 0. Every round is all-to-all, as `Harness.round_s` times
+    them (a butterfly round would also wait for the members' part checks)."""
     machine = RunMachine(
         spec=spec(stages=max(placement) + 1, preset=preset),
         status="active",
@@ -221,6 +222,7 @@ def harness(
             heartbeat_interval_s=1.0,
             checkpoint_every_steps=1000,
             averaging_deadline_s=60.0,
+            patterns=ALL_TO_ALL_ALWAYS,
         ),
         last_apply={},
         now=100.0,

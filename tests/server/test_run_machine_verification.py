@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from server.policies.arbitration import CASE_TTL_S, MAX_OPEN_CASES_PER_REPORTER
+from server.policies.averaging import PatternRule
 from server.policies.part_check import PartReport
 from server.swarm import decisions as do
 from server.swarm import inputs as on
@@ -452,7 +453,7 @@ def test_a_butterfly_round_judges_each_contribution_by_the_sum_of_its_parts():
     trains. Each member reports every sender's part of its own third of the gradients. Peer 4's parts
     add up to 50x per sample: the figure judged is its whole contribution's (norm 200), not one
     part's (115, as the all-to-all reading of one view would take it)."""
-    swarm = new_swarm(target=12, butterfly_from=2)
+    swarm = new_swarm(target=12, patterns=PatternRule(butterfly_from=2))
     for peer_id, stage in ((2, 0), (3, 0), (4, 0), (5, 1)):
         swarm.join(peer_id, stage=stage)
         swarm.ready(peer_id)
@@ -539,7 +540,7 @@ def answer_check(
 def butterfly_stage(*members: int) -> tuple[Swarm, CheckParts]:
     """Stage 0 of `members` in a butterfly, stage 1 of peer 9, which trains; every member of stage 0
     reported its round, honestly: the part check is out."""
-    swarm = new_swarm(target=4 * len(members), butterfly_from=2)
+    swarm = new_swarm(target=4 * len(members), patterns=PatternRule(butterfly_from=2))
     for peer_id, stage in [*((m, 0) for m in members), (9, 1)]:
         swarm.join(peer_id, stage=stage)
         swarm.ready(peer_id)
