@@ -866,6 +866,15 @@ def barriers_in(decisions: list[do.Decision]) -> list[StepBarrier]:
     return [m for d in of(decisions, do.Send) if isinstance(m := d.message, StepBarrier)]
 
 
+def measure_link_of_3(swarm: Swarm, rate: float) -> None:
+    """Peers 1 and 2 report peer 3's link at `rate` bytes/s, taken in at the next view's refresh."""
+    swarm.now += SWARM_VIEW_REFRESH_S
+    keep_alive(swarm)
+    for reporter in (1, 2):
+        swarm.say(reporter, Heartbeat(throughput=10.0, queue_length=0, samples_done=0, links={3: rate}))
+    swarm.feed(on.Tick(now=swarm.now))
+
+
 def test_a_small_round_measured_slow_goes_in_a_butterfly():
     # Three members under the size threshold, one measured at 1 MB/s: all-to-all would send each
     # two of the one stage's 26 MB float32 sums against 4/3 in a butterfly, 17.5 s longer.
@@ -877,11 +886,7 @@ def test_a_small_round_measured_slow_goes_in_a_butterfly():
     assert fast.pattern == "all_to_all"  # nothing measured: nothing says all-to-all costs the step
     swarm = three_on_stage_zero(preset="small")
     slow = 1e6
-    swarm.now += SWARM_VIEW_REFRESH_S
-    keep_alive(swarm)
-    for reporter in (1, 2):
-        swarm.say(reporter, Heartbeat(throughput=10.0, queue_length=0, samples_done=0, links={3: slow}))
-    swarm.feed(on.Tick(now=swarm.now))
+    measure_link_of_3(swarm, slow)
     swarm.train(1)
     (barrier,) = barriers_in(swarm.log)
     assert barrier.pattern == "butterfly"
@@ -893,11 +898,7 @@ def test_a_member_measured_slow_is_given_the_time_its_link_needs_then_dropped_th
     # default: `test_a_small_round_measured_slow_goes_in_a_butterfly`).
     swarm = three_on_stage_zero(preset="small", patterns=ALL_TO_ALL_ALWAYS)
     slow = 1e6  # bytes/s both ways: slower than peers assume, not choked
-    swarm.now += SWARM_VIEW_REFRESH_S  # the next view refreshes what links carry
-    keep_alive(swarm)
-    for reporter in (1, 2):
-        swarm.say(reporter, Heartbeat(throughput=10.0, queue_length=0, samples_done=0, links={3: slow}))
-    swarm.feed(on.Tick(now=swarm.now))
+    measure_link_of_3(swarm, slow)
     ids = swarm.train(1)
     (barrier,) = barriers_in(swarm.log)
     gradient_bytes = 4 * get_preset("small").parameter_count
@@ -922,11 +923,7 @@ def test_a_member_measured_slow_is_given_the_time_its_link_needs_then_dropped_th
     swarm.feed(on.StepRecorded(now=swarm.now, step=record.step))
     swarm.apply_all()
     swarm.ready(3, origin="copied")
-    swarm.now += SWARM_VIEW_REFRESH_S
-    keep_alive(swarm)
-    for reporter in (1, 2):
-        swarm.say(reporter, Heartbeat(throughput=10.0, queue_length=0, samples_done=0, links={3: slow}))
-    swarm.feed(on.Tick(now=swarm.now))
+    measure_link_of_3(swarm, slow)
     swarm.train(1)
     (back,) = barriers_in(swarm.log)[-1:]
     assert sorted(p.peer_id for p in back.group) == [1, 2, 3]

@@ -461,51 +461,22 @@ def test_a_butterfly_round_judges_each_contribution_by_the_sum_of_its_parts():
     share = dict(zip((2, 3, 4), ids, strict=True))
     honest = 16.0  # (4 samples x norm 1 per sample) squared, over three parts
 
-    def parts_seen_by(member: int, group: list[int]) -> list[ContributionNorm]:
-        return [
-            ContributionNorm(
-                peer_id=p, norm_sq=(honest * 50**2 if p == 4 else honest) / len(group), counted=[share[p]]
-            )
-            for p in group
-        ]
+    def parts_seen(group: list[int]) -> dict[int, float]:
+        """Every member's figure of each sender's part of its own 1/K of the gradients."""
+        return {p: (honest * 50**2 if p == 4 else honest) / len(group) for p in group}
 
     out = swarm.say(
         5, AveragingDone(step=0, attempt=0, stage=1, contributors=[5], counted=ids, grad_sum_norm_sq=1.0)
     )
     assert swarm.machine.rounds[0].pattern == "butterfly"
-    for member in (2, 3, 4):
-        out += swarm.say(
-            member,
-            AveragingDone(
-                step=0,
-                attempt=0,
-                stage=0,
-                contributors=[2, 3, 4],
-                counted=ids,
-                grad_sum_norm_sq=1.0,
-                contributions=parts_seen_by(member, [2, 3, 4]),
-            ),
-        )
+    out += averaged(swarm, {p: [share[p]] for p in (2, 3, 4)}, parts_seen([2, 3, 4]))
     (event,) = [e for e in of(out, do.RecordEvent) if e.kind == "contribution_rejected"]
     assert event.peer_id == 4 and event.data["norm"] == pytest.approx(200.0) and "50x" in event.message
     # A rejected round is not checked: it is retried without the member at once.
     assert checks_sent(out) == []
     (barrier,) = [m for d in of(out, do.Send) if isinstance(m := d.message, StepBarrier)]
     assert (barrier.attempt, [p.peer_id for p in barrier.group], barrier.pattern) == (1, [2, 3], "butterfly")
-    out = []
-    for member in (2, 3):
-        out += swarm.say(
-            member,
-            AveragingDone(
-                step=0,
-                attempt=1,
-                stage=0,
-                contributors=[2, 3],
-                counted=[share[2], share[3]],
-                grad_sum_norm_sq=1.0,
-                contributions=parts_seen_by(member, [2, 3]),
-            ),
-        )
+    out = averaged(swarm, {p: [share[p]] for p in (2, 3)}, parts_seen([2, 3]), attempt=1)
     # The step waits for the part check of the butterfly round.
     assert of(out, do.RecordStep) == []
     ((peers, check),) = checks_sent(out)
@@ -544,22 +515,7 @@ def butterfly_stage(*members: int) -> tuple[Swarm, CheckParts]:
     for peer_id, stage in [*((m, 0) for m in members), (9, 1)]:
         swarm.join(peer_id, stage=stage)
         swarm.ready(peer_id)
-    ids = swarm.train(9)
-    out = swarm.say(
-        9, AveragingDone(step=0, attempt=0, stage=1, contributors=[9], counted=ids, grad_sum_norm_sq=1.0)
-    )
-    for member in members:
-        out += swarm.say(
-            member,
-            AveragingDone(
-                step=0,
-                attempt=0,
-                stage=0,
-                contributors=list(members),
-                counted=ids,
-                grad_sum_norm_sq=1.0,
-            ),
-        )
+    out = swarm.average(swarm.train(9))
     assert of(out, do.RecordStep) == []
     ((peers, check),) = checks_sent(out)
     assert peers == tuple(sorted(members)) and check.stage == 0
