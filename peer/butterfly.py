@@ -119,10 +119,12 @@ DOT_CHUNK = 1 << 16
 
 
 def dot64(a: Tensor, b: Tensor) -> float:
-    """<a, b> in float64, chunk by chunk in order: the same bits give the same figure on every member."""
+    """<a, b> in float64, chunk by chunk in order: the same bits give the same figure on every member.
+    A squared norm (`a is b`) widens each chunk once."""
     total = 0.0
     for x, y in zip(a.reshape(-1).split(DOT_CHUNK), b.reshape(-1).split(DOT_CHUNK), strict=True):
-        total += float(torch.dot(x.double(), y.double()))
+        wide = x.double()
+        total += float(torch.dot(wide, wide if a is b else y.double()))
     return total
 
 

@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from peer.averaging import NORM_CHUNK, Contribution, norm_sq, sum_contributions, summarize
+from peer.averaging import Contribution, norm_sq, sum_contributions, summarize
+from peer.butterfly import DOT_CHUNK
 
 
 def contributions(k: int, n: int = 10_001) -> dict[int, Contribution]:
@@ -46,13 +47,13 @@ def test_norms_are_float64_sums_of_squares():
 def test_a_norm_over_many_chunks_and_a_ragged_tail_is_the_float64_sum_of_squares():
     generator = torch.Generator().manual_seed(0)
     # A few large values among many small ones: one float32 dot is off by ~1e-6 here.
-    t = torch.randn(5 * NORM_CHUNK + 777, generator=generator) * 1e-3
+    t = torch.randn(5 * DOT_CHUNK + 777, generator=generator) * 1e-3
     t[::97] *= 1e4
     assert math.isclose(norm_sq(t), float(t.double().square().sum()), rel_tol=1e-12)
     # Any shape: the norm of its elements.
     assert math.isclose(
-        norm_sq(t[: 4 * NORM_CHUNK].view(64, -1)),
-        float(t[: 4 * NORM_CHUNK].double().square().sum()),
+        norm_sq(t[: 4 * DOT_CHUNK].view(64, -1)),
+        float(t[: 4 * DOT_CHUNK].double().square().sum()),
         rel_tol=1e-12,
     )
 
