@@ -107,6 +107,7 @@ def scale(quick: bool) -> tuple[list[dict[str, Any]], Callable[[Any], None]]:
             rows.append(
                 {
                     **report.headline(),
+                    **report.time_split(),
                     "peers": peers,
                     "averaging": averaging,
                     "target_batch_size": scenario.target_batch_size,

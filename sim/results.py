@@ -58,6 +58,14 @@ class RunReport:
     """Each step's samples sent less those it lost (what a real run's rate counts)."""
     series: list[SeriesRow] = field(default_factory=list)
     coordinator: dict[str, Any] = field(default_factory=dict)
+    phase_s: dict[str, float] = field(default_factory=dict)
+    """SWARM: simulated seconds spent collecting, averaging, recording and applying steps."""
+    calls_taken: list[int] = field(default_factory=list)
+    """SWARM, per stage: the calls its live peers took."""
+    call_queued_s: list[float] = field(default_factory=list)
+    """Per stage: seconds those calls waited in their peers' queues, summed."""
+    call_served_s: list[float] = field(default_factory=list)
+    """Per stage: seconds they held their peers (compute or transfer, the longer), summed."""
 
     @property
     def samples_per_s(self) -> float:
@@ -67,6 +75,26 @@ class RunReport:
     def fraction_of_ideal(self) -> float:
         """Committed samples over what the ideal placement of the live peers would have trained."""
         return self.samples_per_s / self.ideal_rate_mean if self.ideal_rate_mean else 0.0
+
+    def time_split(self) -> dict[str, Any]:
+        """Where a SWARM run's time went: the share of it each phase of the step cycle took, and a
+        stage call's mean wait in its peer's queue against its mean service there, over all stages
+        and stage by stage."""
+
+        def mean(total: float, calls: int) -> float:
+            return round(total / calls, 3) if calls else 0.0
+
+        return {
+            "phase_share": {phase: round(s / self.duration_s, 3) for phase, s in self.phase_s.items()},
+            "call_queued_s": mean(sum(self.call_queued_s), sum(self.calls_taken)),
+            "call_served_s": mean(sum(self.call_served_s), sum(self.calls_taken)),
+            "stage_call_queued_s": [
+                mean(q, n) for q, n in zip(self.call_queued_s, self.calls_taken, strict=True)
+            ],
+            "stage_call_served_s": [
+                mean(q, n) for q, n in zip(self.call_served_s, self.calls_taken, strict=True)
+            ],
+        }
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -231,6 +231,9 @@ class SwarmSim:
         self.grant_cap: int | None = None
         """`RunMachine.grant_cap`: most microbatches outstanding, as of the last reading."""
         self.phase = COLLECTING
+        self.phase_began = 0.0
+        self.phase_s = dict.fromkeys((COLLECTING, AVERAGING, RECORDING, APPLYING), 0.0)
+        """Simulated seconds spent in each phase of the step cycle so far."""
         self.batch_in_at: tuple[int, float] | None = None
         """`StepCycle.batch_in_at`."""
         self.rounds: dict[int, AveragingRound] = {}
@@ -258,6 +261,12 @@ class SwarmSim:
         self.samples_lost = 0
         self.steps = 0
         self.retries = 0
+        self.calls_taken = [0] * sc.num_stages
+        """Per stage, the calls its live peers took."""
+        self.call_queued_s = [0.0] * sc.num_stages
+        """Per stage, the seconds those calls waited in their peers' queues, summed."""
+        self.call_served_s = [0.0] * sc.num_stages
+        """Per stage, the seconds they held their peers (the longer of compute and transfer), summed."""
         self.microbatches_failed = 0
         self.moves: list[Move] = []
         self.step_times: list[float] = []
@@ -282,6 +291,7 @@ class SwarmSim:
         ev.at(TICK_S, self._tick)
         ev.run_until(sc.duration_s)
         self._close_interval(sc.duration_s)
+        self.phase_s[self.phase] += sc.duration_s - self.phase_began
         ideal_mean = self._ideal_samples / self._ideal_time if self._ideal_time else 0.0
         return RunReport(
             scenario=sc.name,
@@ -301,6 +311,10 @@ class SwarmSim:
             step_samples=self.step_samples,
             series=self.series,
             coordinator=self.tally.summary(sc.duration_s),
+            phase_s=dict(self.phase_s),
+            calls_taken=self.calls_taken,
+            call_queued_s=self.call_queued_s,
+            call_served_s=self.call_served_s,
         )
 
     @property
@@ -709,6 +723,9 @@ class SwarmSim:
         transfer = samples * max(nbytes * model.bytes_per_sample[s] / kind.bandwidth, reply / kind.upload)
         start = max(now + kind.latency_s, peer.free_at)
         mb.finish = start + max(compute, transfer)
+        self.calls_taken[s] += 1
+        self.call_queued_s[s] += start - now - kind.latency_s
+        self.call_served_s[s] += mb.finish - start
         peer.free_at = mb.finish
         peer.queued += 1
         self.events.at(min(mb.finish + kind.latency_s, mb.deadline), self._answered, mb, mb.token)
@@ -796,7 +813,7 @@ class SwarmSim:
             self.batch_in_at = (self.book.step, self.now)
         if barrier_waits(self.now - self.batch_in_at[1], self._copy_holds_step()):
             return
-        self.phase = AVERAGING
+        self._enter(AVERAGING)
         self.round_sums = {}
         self.rounds = {
             s: AveragingRound(stage=s, attempt=0, group=frozenset(self.view[s])) for s in range(self.S)
@@ -804,6 +821,10 @@ class SwarmSim:
         for s, round_ in self.rounds.items():
             self._restart_round(s, round_)
         self._maybe_record()
+
+    def _enter(self, phase: str) -> None:
+        self.phase_s[self.phase] += self.now - self.phase_began
+        self.phase, self.phase_began = phase, self.now
 
     def _copy_holds_step(self) -> bool:
         """`Member.holds_step` of any loading peer."""
@@ -966,7 +987,7 @@ class SwarmSim:
     def _maybe_record(self) -> None:
         if self.phase != AVERAGING or not all(r.complete() for r in self.rounds.values()):
             return
-        self.phase = RECORDING
+        self._enter(RECORDING)
         summary = self.tally.timed(
             "summarize", self.book.summarize, [self.rounds[s].counted() for s in range(self.S)]
         )
@@ -978,7 +999,7 @@ class SwarmSim:
         self.events.at(self.now + self.sc.record_s, self._recorded)
 
     def _recorded(self, _a: object, _b: object) -> None:
-        self.phase = APPLYING
+        self._enter(APPLYING)
         self.pending_apply = {p for r in self.rounds.values() for p in r.group if self.peers[p].member}
         self.tally.sent["ApplyStep"] += len(self.pending_apply)
         self.events.at(self.now + self.sc.apply_s, self._applied)
@@ -994,7 +1015,7 @@ class SwarmSim:
             return
         self.book = self.book.next_book()
         self.granted = 0
-        self.phase = COLLECTING
+        self._enter(COLLECTING)
         self.rounds = {}
         self.tally.sent["StepCommitted"] += self.members
         for peer in self.peers:

@@ -50,6 +50,25 @@ def test_homogeneous_swarm_without_failures_reaches_the_bottleneck_rate() -> Non
     assert report.samples_lost == 0 and report.microbatches_failed == 0 and report.retries == 0
 
 
+def test_the_time_split_accounts_for_the_whole_run_and_shows_a_longer_round() -> None:
+    # Nine T4s on the head stage, whose 14 MB sums each member pushes 8 times all-to-all and about
+    # twice in a butterfly: the same collection, a longer averaging phase.
+    scenario = dataclasses.replace(BASE, mode="static", kinds=(T4,) * 12, stages=(0, 1, 2) + (3,) * 9)
+    butterfly = SwarmSim(scenario).run()
+    all_to_all = SwarmSim(dataclasses.replace(scenario, averaging="all-to-all")).run()
+    for report in (butterfly, all_to_all):
+        split = report.time_split()
+        assert sum(split["phase_share"].values()) == pytest.approx(1.0, abs=0.005)
+        assert all(report.calls_taken) and split["call_served_s"] > 0 and split["call_queued_s"] >= 0
+        assert len(split["stage_call_queued_s"]) == len(split["stage_call_served_s"]) == scenario.num_stages
+        per_stage = split["stage_call_served_s"]
+        assert min(per_stage) <= split["call_served_s"] <= max(per_stage)
+        assert report.steps > 0
+        assert sum(report.call_served_s) <= scenario.peers * scenario.duration_s, "served past the end"
+    shares = [r.time_split()["phase_share"]["averaging"] for r in (butterfly, all_to_all)]
+    assert shares[1] > 3 * shares[0] > 0, shares
+
+
 def test_a_dead_peers_calls_are_retried_elsewhere_and_no_microbatch_is_lost() -> None:
     # Peer 11 serves a stage but trains nothing; it dies mid-step with calls waiting on it.
     scenario = dataclasses.replace(BASE, non_trainers=(11,), deaths=((150.0, 11),))
