@@ -12,6 +12,7 @@ from server.policies.view_sample import PEERS_PER_STAGE
 from server.swarm.membership import REBALANCE_INTERVAL_S
 from sim.devices import DeviceMix, PeerKind, stage_rate
 from sim.fixed import pipeline_rate, restart_s, simulate_fixed
+from sim.results import RunReport
 from sim.scenario import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, HOMOGENEOUS, SCENARIOS, Scenario
 from sim.stages import StageModel
 from sim.swarm import TICK_S, SwarmSim, _Microbatch
@@ -239,44 +240,51 @@ def test_slow_uplinks_leave_the_heavy_stage_whose_averaging_they_paced() -> None
     assert report.samples_committed > 2 * static.samples_committed
 
 
+HOUR_WITHOUT_DEATHS = dataclasses.replace(SCENARIOS["churn-100"], mean_lifetime_s=None, duration_s=3600.0)
+HEAD = HOUR_WITHOUT_DEATHS.num_stages - 1
+
+
+def head_members(sim: SwarmSim) -> int:
+    return sum(1 for p in sim.peers if p.alive and p.stage == HEAD)
+
+
+@pytest.fixture(scope="module")
+def all_to_all_hour() -> tuple[SwarmSim, RunReport]:
+    """The churn-100 hour without deaths, every round all-to-all: both head-stage tests read it."""
+    sim = SwarmSim(dataclasses.replace(HOUR_WITHOUT_DEATHS, averaging="all-to-all"))
+    return sim, sim.run()
+
+
 @pytest.mark.slow
-def test_a_head_stage_whose_round_is_long_because_it_is_large_sheds_members() -> None:
+def test_a_head_stage_whose_round_is_long_because_it_is_large_sheds_members(
+    all_to_all_hour: tuple[SwarmSim, RunReport],
+) -> None:
     # churn-100 without deaths: the rate plan fills the head stage (the heaviest compute) with 26
     # broadband members, none an upload outlier, whose all-to-all round of 14 MB sums takes 28 s
     # after 2 s of collecting. Moving only outliers kept all 26 there for good, and the first
     # simulated hour committed 286,720 samples. Moving members as fast as the rest off the one
     # stage with the longest round, 368,640: the embeddings' stage's round was then as long, and
     # neither shrank alone. Off whichever is longest as the moves go, 532,480 (880,640 since).
-    scenario = dataclasses.replace(
-        SCENARIOS["churn-100"], mean_lifetime_s=None, duration_s=3600.0, averaging="all-to-all"
-    )
-    sim = SwarmSim(scenario)
-    report = sim.run()
-    head = scenario.num_stages - 1
-    assert sum(1 for p in sim.peers if p.alive and p.stage == head) < 26
+    sim, report = all_to_all_hour
+    assert head_members(sim) < 26
     assert report.samples_committed > 1.5 * 286_720
-    movers = {m.peer_id for m in report.moves if m.from_stage == head}
-    assert not [m for m in report.moves if m.peer_id in movers and m.to_stage == head], "none comes back"
+    movers = {m.peer_id for m in report.moves if m.from_stage == HEAD}
+    assert not [m for m in report.moves if m.peer_id in movers and m.to_stage == HEAD], "none comes back"
 
 
 @pytest.mark.slow
-def test_a_large_head_stage_averaging_in_a_butterfly_is_not_shed_and_the_hour_commits_more() -> None:
+def test_a_large_head_stage_averaging_in_a_butterfly_is_not_shed_and_the_hour_commits_more(
+    all_to_all_hour: tuple[SwarmSim, RunReport],
+) -> None:
     # The same hour with rounds in a butterfly: each member pushes 2/N of the 14 MB sums instead of
     # all of them, so the head stage's round is no longer the longest and moves need not shed it.
     # At 6bc2e0d (butterfly from 9 members, or from 3 where all-to-all would take over a second
     # longer) the head stage ended with 20 members against 7 all-to-all, and the hour committed
     # 1,617,920 samples against 880,640.
-    scenario = dataclasses.replace(SCENARIOS["churn-100"], mean_lifetime_s=None, duration_s=3600.0)
-    assert scenario.averaging == "peers"
-    butterfly = SwarmSim(scenario)
+    assert HOUR_WITHOUT_DEATHS.averaging == "peers"
+    butterfly = SwarmSim(HOUR_WITHOUT_DEATHS)
     report = butterfly.run()
-    all_to_all = SwarmSim(dataclasses.replace(scenario, averaging="all-to-all"))
-    all_to_all_report = all_to_all.run()
-    head = scenario.num_stages - 1
-
-    def head_members(sim: SwarmSim) -> int:
-        return sum(1 for p in sim.peers if p.alive and p.stage == head)
-
+    all_to_all, all_to_all_report = all_to_all_hour
     assert head_members(butterfly) >= 2 * head_members(all_to_all)
     assert report.samples_committed > 1.5 * all_to_all_report.samples_committed
 
