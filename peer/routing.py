@@ -204,6 +204,7 @@ def _soonest(
     for peer_id, slot in slots.items():
         if slot.banned_until > now or peer_id in exclude:
             continue
+        # `_call_s`, inlined: this loop runs over every peer of the stage for every call routed.
         link = slot.link_rate or unmeasured_link
         queued_call_s = samples / slot.throughput
         if link:

@@ -254,9 +254,9 @@ def test_a_ready_peer_appears_in_the_swarm_view(api, connect_peer):
     peer = connect_peer()
     peer.send(StageReady(stage=peer.stage, step=0, origin="initialized"))
     view = peer.expect(SwarmView, skip=())
-    # Under load a periodic view can go out before the coordinator has taken in StageReady, and it
-    # lists nobody (a fast-suite failure of CI, 2026-12-05); the first view that lists anyone must
-    # list this peer alone.
+    # Under load a view the coordinator sends on its own (a refresh, or one owed since a join) can go
+    # out before it has taken in StageReady, and lists nobody (a fast-suite failure of CI,
+    # 2026-12-05); the first view that lists anyone must list this peer alone.
     while not view.peers:
         view = peer.expect(SwarmView, skip=())
     assert view.step == 0
