@@ -110,19 +110,21 @@ def test_an_unpaced_link_sends_everything() -> None:
 
 
 def test_a_server_drops_the_reply_of_a_caller_that_gave_up_and_serves_the_next() -> None:
-    """The slow server's uplink is busy with one reply (200 kB at 0.8 Mbit/s: 2 s); a second caller
-    gives up after 0.3 s, so when its reply's turn comes nobody reads it and it is not sent."""
+    """The slow server's uplink is busy with one reply (200 kB at 0.4 Mbit/s: 4 s); a second caller
+    gives up after 2.5 s, so when its reply's turn comes nobody reads it and it is not sent. The
+    second caller dials a connection of its own within its timeout: at 0.3 s, a loaded CI machine
+    once gave up before its frame reached the server, whose pacer then never saw a second reply."""
 
     async def scenario() -> tuple[list[tuple[int, bool]], bytes]:
         listener = socket.create_server(("127.0.0.1", 0))
         address = f"127.0.0.1:{listener.getsockname()[1]}"
-        first_in = asyncio.Event()
+        first_in, second_in = asyncio.Event(), asyncio.Event()
 
         async def echo(frame: bytes) -> bytes:
-            first_in.set()
+            (second_in if frame.startswith(b"i") else first_in).set()
             return frame
 
-        pacer = RecordingPacer(0.8)
+        pacer = RecordingPacer(0.4)
         server = FrameServer(echo, max_bytes=1 << 22, pacer=pacer, answer_text=lambda _: None)
         await server.start(listener)
         pool = FramePool(max_bytes=1 << 22, pacer=UploadPacer(None))
@@ -130,12 +132,15 @@ def test_a_server_drops_the_reply_of_a_caller_that_gave_up_and_serves_the_next()
         try:
             patient = asyncio.create_task(pool.request(address, b"p" * 200_000, 60.0))
             await first_in.wait()
+            impatient = asyncio.create_task(pool.request(address, b"i" * 100_000, 2.5))
+            await asyncio.wait_for(second_in.wait(), 2.5)
             with pytest.raises(TransportError):
-                await pool.request(address, b"i" * 100_000, 0.3)
+                await impatient
             reply = await patient
             # The dropped reply's turn comes once the patient one is through; wait for it.
-            while len(pacer.outcomes) < 2:
-                await asyncio.sleep(0.05)
+            async with asyncio.timeout(10.0):
+                while len(pacer.outcomes) < 2:
+                    await asyncio.sleep(0.05)
             return pacer.outcomes, reply
         finally:
             await pool.close()
