@@ -51,6 +51,8 @@ class RunReport:
     ideal_rate_mean: float
     restarts: int = 0
     """Fixed pipeline: restarts from a checkpoint after a member died."""
+    calls_refused: int = 0
+    """SWARM: calls that accumulate gradients refused for waiting past their accept window."""
     moves: list[Move] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
     """When each step's books closed (all stages averaged), in simulated seconds."""
@@ -114,6 +116,7 @@ class RunReport:
             "moves": len(self.moves),
             "samples_lost": self.samples_lost,
             "retries": self.retries,
+            "calls_refused": self.calls_refused,
             "restarts": self.restarts,
             "wall_s": round(self.wall_s, 2),
         }

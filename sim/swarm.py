@@ -8,9 +8,13 @@ round without it); joiners get `choose_stage`; `choose_moves` decides moves on `
 readings under the conditions of `Membership._maybe_rebalance`; the step's books close with
 `StepBook.summarize`. Constants (timeouts, intervals, hold times) are the project's own.
 
-What is modelled: a peer is a single FIFO server whose call occupies it for the longer of its
+What is modelled: a peer is a single server whose call occupies it for the longer of its
 compute (FLOPs over its device's speed) and its transfer (the call's bytes over its link), with the
-link's latency each way; a copy of a stage's state takes its bytes over the slower of the two links.
+link's latency each way. It serves as the real peer's compute thread does (`sim.serving`): by
+`stage_call_priority`, then by arrival, and it refuses a call that accumulates gradients once it has
+waited past `ACCEPT_FRACTION` of the caller's timeout (its caller retries elsewhere at once), while a
+forward is computed however long it waited, its answer dropped if its caller gave up. A copy of a
+stage's state takes its bytes over the slower of the two links.
 Averaging is computed per round (`sim.averaging`), in the pattern the coordinator gives the round
 (`averaging_pattern`): all-to-all, each member pushes its sum to the K-1 others through its upload,
 one after another, and takes theirs through its download; a butterfly, two sums' worth; members give
@@ -43,8 +47,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from peer.compute_queue import stage_call_priority
 from peer.concurrency import chain_seconds, microbatches_in_flight
 from peer.routing import StageRouter
+from peer.stage_server import ACCEPT_FRACTION
 from peer.trainer import MAX_ATTEMPTS_PER_CALL, NO_PEER_PATIENCE_S, NO_PEER_WAIT_S
 from peer.transport import transfer_timeout_s
 from server.policies.averaging import (
@@ -74,6 +80,7 @@ from sim.events import EventQueue
 from sim.ideal import ideal_rate
 from sim.results import Move, RunReport, SeriesRow
 from sim.scenario import Scenario
+from sim.serving import ServingQueue
 from sim.tally import CoordinatorTally
 from swarmhub.probe import PROBE_TIMEOUT_S
 from swarmhub.stage_cost import stage_parameters, stage_push_bytes
@@ -153,7 +160,11 @@ class _Peer:
     """`Member.copies_behind`."""
     assigned_at: float = 0.0
     free_at: float = 0.0
-    queued: int = 0
+    """When the call on its compute thread ends."""
+    serving: ServingQueue[tuple[_Microbatch, int, float]] = field(default_factory=ServingQueue)
+    """Calls waiting for its compute thread: (microbatch, its token when sent, service seconds)."""
+    serve_due: bool = False
+    """A `SwarmSim._serve` of its next call is scheduled."""
     served: int = 0
     read_served: int = 0
     rate: RateEstimate = field(default_factory=RateEstimate)
@@ -261,6 +272,8 @@ class SwarmSim:
         self.samples_lost = 0
         self.steps = 0
         self.retries = 0
+        self.calls_refused = 0
+        """Calls refused for waiting past their accept window."""
         self.calls_taken = [0] * sc.num_stages
         """Per stage, the calls its live peers took."""
         self.call_queued_s = [0.0] * sc.num_stages
@@ -304,6 +317,7 @@ class SwarmSim:
             samples_lost=self.samples_lost,
             steps=self.steps,
             retries=self.retries,
+            calls_refused=self.calls_refused,
             microbatches_failed=self.microbatches_failed,
             ideal_rate_mean=ideal_mean,
             moves=self.moves,
@@ -467,6 +481,7 @@ class SwarmSim:
             for views in self.router_views:
                 views[peer.stage] = None
         peer.accumulated = []
+        peer.serving.clear()
         for mb in peer.calls:
             mb.deadline = self.now
             mb.finish = math.inf
@@ -721,14 +736,90 @@ class SwarmSim:
         compute = samples * work * model.flops[s] / kind.flops
         reply = model.reply_bytes[s][1 if mb.backward and not last else 0]
         transfer = samples * max(nbytes * model.bytes_per_sample[s] / kind.bandwidth, reply / kind.upload)
-        start = max(now + kind.latency_s, peer.free_at)
-        mb.finish = start + max(compute, transfer)
+        service_s = max(compute, transfer)
+        arrives_at = now + kind.latency_s
+        if peer.free_at <= arrives_at and not peer.serving:
+            self._start(p, mb, mb.token, arrives_at, arrives_at, service_s, timed=False)
+            return
+        mb.finish = math.inf
+        # The caller's timeout, unless the call is answered (or refused) before it.
+        self.events.at(mb.deadline, self._answered, mb, mb.token)
+        peer.serving.put(arrives_at, self._priority(mb), (mb, mb.token, service_s))
+        if not peer.serve_due:
+            peer.serve_due = True
+            self.events.at(peer.free_at, self._serve, p)
+
+    def _priority(self, mb: _Microbatch) -> int:
+        """`stage_call_priority` of `mb`'s call at its stage; a bundle is partial if any of its
+        microbatches is."""
+        s = mb.stage
+        kind = "backward" if mb.backward else "forward_backward" if s == self.S - 1 else "forward"
+        partial = mb.samples < len(mb.grants) * self.sc.microbatch_size
+        return stage_call_priority(kind, s, self.S, partial=partial)
+
+    def _queued(self, p: int) -> int:
+        """The calls a peer holds, as it reports them: waiting for its compute thread or on it."""
+        peer, now = self.peers[p], self.now
+        return peer.serving.waiting(now) + (peer.free_at > now)
+
+    def _serve(self, p: int, _b: object) -> None:
+        """The peer's compute thread is free: it starts on the next call."""
+        peer = self.peers[p]
+        peer.serve_due = False
+        if not peer.alive:
+            peer.serving.clear()
+            return
+        call = peer.serving.next_call(self.now)
+        if call is None:
+            return
+        start, arrived_at, (mb, token, service_s) = call
+        self._start(p, mb, token, start, arrived_at, service_s, timed=True)
+        if peer.serving:
+            peer.serve_due = True
+            self.events.at(max(peer.free_at, self.now), self._serve, p)
+
+    def _start(
+        self,
+        p: int,
+        mb: _Microbatch,
+        token: int,
+        start: float,
+        arrived_at: float,
+        service_s: float,
+        *,
+        timed: bool,
+    ) -> None:
+        """The call sent with `token` starts on the peer's compute thread at `start`; its caller may
+        have given up on it meanwhile (the peer cannot tell: it computes a forward all the same).
+        `timed`: the caller's timeout is already scheduled."""
+        peer, s = self.peers[p], mb.stage
+        caller_waits = token == mb.token and mb.live
+        latency = peer.kind.latency_s
+        accumulates = mb.backward or s == self.S - 1
+        if accumulates and start - arrived_at >= ACCEPT_FRACTION * self.sc.call_timeout_s:
+            self.calls_refused += 1
+            if caller_waits and start + latency < mb.deadline:
+                self.events.at(start + latency, self._refused, mb, token)
+            return
+        finish = start + service_s
+        peer.free_at = finish
         self.calls_taken[s] += 1
-        self.call_queued_s[s] += start - now - kind.latency_s
-        self.call_served_s[s] += mb.finish - start
-        peer.free_at = mb.finish
-        peer.queued += 1
-        self.events.at(min(mb.finish + kind.latency_s, mb.deadline), self._answered, mb, mb.token)
+        self.call_queued_s[s] += start - arrived_at
+        self.call_served_s[s] += service_s
+        if not caller_waits:
+            return
+        mb.finish = finish
+        if finish + latency < mb.deadline:
+            self.events.at(finish + latency, self._answered, mb, token)
+        elif not timed:
+            self.events.at(mb.deadline, self._answered, mb, token)
+
+    def _refused(self, mb: _Microbatch, token: int) -> None:
+        """The peer's error reply: the call waited past its accept window."""
+        if token != mb.token or not mb.live or not self.peers[mb.trainer].alive:
+            return
+        self.peers[mb.peer].calls.pop(mb, None)
+        self._retry(mb, unreachable=False)
 
     def _answered(self, mb: _Microbatch, token: int) -> None:
         if token != mb.token or not mb.live:
@@ -739,30 +830,16 @@ class SwarmSim:
         peer = self.peers[p]
         router = self._router(mb)
         peer.calls.pop(mb, None)
-        if mb.finish < math.inf:
-            peer.queued -= 1
         ok = peer.died_at > mb.finish and now < mb.deadline
         if not ok:
             if now < mb.deadline:
                 mb.finish = math.inf
                 self.events.at(mb.deadline, self._answered, mb, token)
                 return
-            self.tally.received["PeerUnreachable"] += 1
-            router.report_failure(p, now)
-            self.retries += 1
-            if mb.backward and not mb.whole:
-                # The kept backward is tried once; then the full call, with attempts of its own.
-                mb.whole = True
-                mb.attempts = 0
-            else:
-                mb.tried.add(p)
-                if mb.attempts >= MAX_ATTEMPTS_PER_CALL:
-                    self._fail(mb)
-                    return
-            self._route(mb)
+            self._retry(mb, unreachable=True)
             return
         router.report_success(p)
-        router.observe_queue(p, peer.queued, now)
+        router.observe_queue(p, self._queued(p), now)
         peer.served += mb.samples
         s = mb.stage
         mb.attempts, mb.tried = 0, set()
@@ -781,6 +858,25 @@ class SwarmSim:
             self._done(mb)
             return
         mb.stage -= 1
+        self._route(mb)
+
+    def _retry(self, mb: _Microbatch, *, unreachable: bool) -> None:
+        """`Trainer._call` after a failed attempt: the peer is reported (to the coordinator too if
+        it never answered) and the call tried again elsewhere."""
+        p, now = mb.peer, self.now
+        if unreachable:
+            self.tally.received["PeerUnreachable"] += 1
+        self._router(mb).report_failure(p, now)
+        self.retries += 1
+        if mb.backward and not mb.whole:
+            # The kept backward is tried once; then the full call, with attempts of its own.
+            mb.whole = True
+            mb.attempts = 0
+        else:
+            mb.tried.add(p)
+            if mb.attempts >= MAX_ATTEMPTS_PER_CALL:
+                self._fail(mb)
+                return
         self._route(mb)
 
     def _done(self, mb: _Microbatch) -> None:
@@ -1059,7 +1155,7 @@ class SwarmSim:
                 peer_id=p,
                 stage=peer.stage,
                 rate=peer.rate if peer.rate.count else RateEstimate().observe(peer.claim),
-                queue_length=peer.queued,
+                queue_length=self._queued(p),
                 link_rate=peer.kind.bandwidth if peer.linked else None,
                 upload=pushing_rate(self._link_reading(p), peer.rounds_held_up),
             )

@@ -367,3 +367,66 @@ def test_a_router_takes_in_a_new_view_when_it_next_routes_and_drops_a_departed_p
     assert sim._router(mb).peers() == sorted(sim.view[stage])
     sim._leave_stage(0)
     assert 0 not in sim._router(mb).peers()
+
+
+def _one_stage_served_by(peers: int) -> SwarmSim:
+    """A swarm whose stage 1 alone has ready peers, so no work is granted: calls are sent by hand."""
+    scenario = dataclasses.replace(
+        BASE,
+        mode="static",
+        peers=peers,
+        kinds=(T4,) * peers,
+        stages=(1,) * peers,
+        non_trainers=tuple(range(peers)),
+    )
+    sim = SwarmSim(scenario)
+    for p in range(peers):
+        sim._join(T4, p)
+        sim.peers[p].ready = True
+        sim.view[1].add(p)
+    sim._send_view()
+    return sim
+
+
+def _call(sim: SwarmSim, *, backward: bool, trainer: int) -> _Microbatch:
+    mb = _Microbatch([], trainer=trainer, num_stages=sim.S)
+    mb.samples, mb.stage, mb.backward, mb.whole = 32, 1, backward, backward
+    return mb
+
+
+def test_a_busy_peer_starts_the_backward_before_forwards_sent_earlier() -> None:
+    # The real peer's compute thread serves by `stage_call_priority`: a backward, with fewer calls of
+    # its microbatch to come, before forwards that were queued first.
+    sim = _one_stage_served_by(2)
+    started: list[_Microbatch] = []
+    start = sim._start
+    sim._start = lambda p, mb, *args, **kwargs: (started.append(mb), start(p, mb, *args, **kwargs))[1]  # type: ignore[method-assign]
+    sim.peers[0].free_at = 5.0
+    first, second = _call(sim, backward=False, trainer=1), _call(sim, backward=False, trainer=1)
+    backward = _call(sim, backward=True, trainer=1)
+    for mb in (first, second, backward):
+        sim._send(mb, 0)
+    assert sim._queued(0) == 1, "sent calls count once they reach the peer"
+    sim.events.run_until(0.5)
+    assert sim._queued(0) == 4
+    sim.events.run_until(30.0)
+    assert started == [backward, first, second]
+    assert sim.calls_refused == 0
+
+
+def test_a_backward_that_waited_past_its_accept_window_is_refused_and_retried_elsewhere_at_once() -> None:
+    # As `StageServer.accept`: a call that accumulates gradients and starts after waiting past
+    # `ACCEPT_FRACTION` of its timeout is refused; its caller hears so and retries on another peer
+    # before its timeout. A forward that waited as long is computed all the same.
+    sim = _one_stage_served_by(2)
+    timeout = sim.sc.call_timeout_s
+    sim.peers[0].free_at = 0.9 * timeout
+    backward, forward = _call(sim, backward=True, trainer=1), _call(sim, backward=False, trainer=1)
+    sim._send(backward, 0)
+    sim._send(forward, 0)
+    sim.events.run_until(0.9 * timeout + 1.0)
+    assert sim.calls_refused == 1 and sim.retries == 1
+    assert sim.tally.received["PeerUnreachable"] == 0, "a refusal is an answer, not an unreachable peer"
+    assert backward.peer == 1 and sim.peers[1].served == 32, "answered by peer 1 within a second"
+    assert (forward.stage, sim.peers[0].served) == (2, 32), "computed on peer 0 and gone on"
+    assert sim.calls_taken[1] == 2
