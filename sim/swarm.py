@@ -46,8 +46,9 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from peer.compute_queue import stage_call_priority
+from peer.compute_queue import CallKind, stage_call_priority
 from peer.concurrency import chain_seconds, microbatches_in_flight
 from peer.routing import StageRouter
 from peer.stage_server import ACCEPT_FRACTION
@@ -144,6 +145,18 @@ class _Microbatch:
         self.waited_since: float | None = None
 
 
+class _SentCall(NamedTuple):
+    """A call as its caller sent it. Its stage and kind are fixed when it is sent: by the time it
+    starts, a caller that gave up on it may have moved its microbatch on."""
+
+    mb: _Microbatch
+    token: int
+    stage: int
+    accumulates: bool
+    """A backward, or the last stage's forward-backward: the peer's accept window applies."""
+    service_s: float
+
+
 @dataclass(kw_only=True)
 class _Peer:
     kind: PeerKind
@@ -161,8 +174,8 @@ class _Peer:
     assigned_at: float = 0.0
     free_at: float = 0.0
     """When the call on its compute thread ends."""
-    serving: ServingQueue[tuple[_Microbatch, int, float]] = field(default_factory=ServingQueue)
-    """Calls waiting for its compute thread: (microbatch, its token when sent, service seconds)."""
+    serving: ServingQueue[_SentCall] = field(default_factory=ServingQueue)
+    """Calls waiting for its compute thread."""
     serve_due: bool = False
     """A `SwarmSim._serve` of its next call is scheduled."""
     served: int = 0
@@ -738,24 +751,30 @@ class SwarmSim:
         transfer = samples * max(nbytes * model.bytes_per_sample[s] / kind.bandwidth, reply / kind.upload)
         service_s = max(compute, transfer)
         arrives_at = now + kind.latency_s
+        call_kind = self._call_kind(mb)
+        call = _SentCall(mb, mb.token, s, call_kind != "forward", service_s)
         if peer.free_at <= arrives_at and not peer.serving:
-            self._start(p, mb, mb.token, arrives_at, arrives_at, service_s, timed=False)
+            self._start(p, call, arrives_at, arrives_at, timed=False)
             return
         mb.finish = math.inf
         # The caller's timeout, unless the call is answered (or refused) before it.
         self.events.at(mb.deadline, self._answered, mb, mb.token)
-        peer.serving.put(arrives_at, self._priority(mb), (mb, mb.token, service_s))
+        peer.serving.put(arrives_at, self._priority(mb, call_kind), call)
         if not peer.serve_due:
             peer.serve_due = True
             self.events.at(peer.free_at, self._serve, p)
 
-    def _priority(self, mb: _Microbatch) -> int:
+    def _call_kind(self, mb: _Microbatch) -> CallKind:
+        """The kind of call `mb` makes at its stage now, as `peer.compute_queue` names it."""
+        if mb.backward:
+            return "backward"
+        return "forward_backward" if mb.stage == self.S - 1 else "forward"
+
+    def _priority(self, mb: _Microbatch, call_kind: CallKind) -> int:
         """`stage_call_priority` of `mb`'s call at its stage; a bundle is partial if any of its
         microbatches is."""
-        s = mb.stage
-        kind = "backward" if mb.backward else "forward_backward" if s == self.S - 1 else "forward"
         partial = mb.samples < len(mb.grants) * self.sc.microbatch_size
-        return stage_call_priority(kind, s, self.S, partial=partial)
+        return stage_call_priority(call_kind, mb.stage, self.S, partial=partial)
 
     def _queued(self, p: int) -> int:
         """The calls a peer holds, as it reports them: waiting for its compute thread or on it."""
@@ -772,31 +791,20 @@ class SwarmSim:
         call = peer.serving.next_call(self.now)
         if call is None:
             return
-        start, arrived_at, (mb, token, service_s) = call
-        self._start(p, mb, token, start, arrived_at, service_s, timed=True)
+        start, arrived_at, sent = call
+        self._start(p, sent, start, arrived_at, timed=True)
         if peer.serving:
             peer.serve_due = True
             self.events.at(max(peer.free_at, self.now), self._serve, p)
 
-    def _start(
-        self,
-        p: int,
-        mb: _Microbatch,
-        token: int,
-        start: float,
-        arrived_at: float,
-        service_s: float,
-        *,
-        timed: bool,
-    ) -> None:
-        """The call sent with `token` starts on the peer's compute thread at `start`; its caller may
-        have given up on it meanwhile (the peer cannot tell: it computes a forward all the same).
+    def _start(self, p: int, call: _SentCall, start: float, arrived_at: float, *, timed: bool) -> None:
+        """`call` starts on the peer's compute thread at `start`; its caller may have given up on it
+        meanwhile (the peer cannot tell: it computes a forward all the same).
         `timed`: the caller's timeout is already scheduled."""
-        peer, s = self.peers[p], mb.stage
+        peer, mb, token, s, service_s = self.peers[p], call.mb, call.token, call.stage, call.service_s
         caller_waits = token == mb.token and mb.live
         latency = peer.kind.latency_s
-        accumulates = mb.backward or s == self.S - 1
-        if accumulates and start - arrived_at >= ACCEPT_FRACTION * self.sc.call_timeout_s:
+        if call.accumulates and start - arrived_at >= ACCEPT_FRACTION * self.sc.call_timeout_s:
             self.calls_refused += 1
             if caller_waits and start + latency < mb.deadline:
                 self.events.at(start + latency, self._refused, mb, token)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from sim.fixed import pipeline_rate, restart_s, simulate_fixed
 from sim.results import RunReport
 from sim.scenario import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, HOMOGENEOUS, SCENARIOS, Scenario
 from sim.stages import StageModel
-from sim.swarm import TICK_S, SwarmSim, _Microbatch
+from sim.swarm import TICK_S, SwarmSim, _Microbatch, _SentCall
 from swarmhub.presets import get_preset
 from swarmhub.probe import PROBE_TIMEOUT_S
 
@@ -400,7 +401,12 @@ def test_a_busy_peer_starts_the_backward_before_forwards_sent_earlier() -> None:
     sim = _one_stage_served_by(2)
     started: list[_Microbatch] = []
     start = sim._start
-    sim._start = lambda p, mb, *args, **kwargs: (started.append(mb), start(p, mb, *args, **kwargs))[1]  # type: ignore[method-assign]
+
+    def recording_start(p: int, call: _SentCall, *args: Any, **kwargs: Any) -> None:
+        started.append(call.mb)
+        start(p, call, *args, **kwargs)
+
+    sim._start = recording_start  # type: ignore[method-assign]
     sim.peers[0].free_at = 5.0
     first, second = _call(sim, backward=False, trainer=1), _call(sim, backward=False, trainer=1)
     backward = _call(sim, backward=True, trainer=1)
@@ -430,3 +436,18 @@ def test_a_backward_that_waited_past_its_accept_window_is_refused_and_retried_el
     assert backward.peer == 1 and sim.peers[1].served == 32, "answered by peer 1 within a second"
     assert (forward.stage, sim.peers[0].served) == (2, 32), "computed on peer 0 and gone on"
     assert sim.calls_taken[1] == 2
+
+
+def test_a_call_its_caller_gave_up_on_is_served_as_the_call_it_was_sent_as() -> None:
+    # The peer computes a stale call as what it was sent as. Its microbatch may have moved on to
+    # another stage and direction meanwhile; that is no reason to refuse it or to tally it elsewhere.
+    sim = _one_stage_served_by(2)
+    timeout = sim.sc.call_timeout_s
+    sim.peers[0].free_at = 0.9 * timeout
+    forward = _call(sim, backward=False, trainer=1)
+    sim._send(forward, 0)
+    forward.token += 1
+    forward.stage, forward.backward = 0, True
+    sim.events.run_until(0.9 * timeout + 1.0)
+    assert sim.calls_refused == 0, "a forward is computed however long it waited"
+    assert (sim.calls_taken[0], sim.calls_taken[1]) == (0, 1)
