@@ -22,6 +22,7 @@ from torch import Tensor
 from swarmhub.presets import get_preset
 from swarmhub.wire import ArbitrationVerdict, RunSpec
 
+from .accept_window import computes
 from .activation_store import ActivationStore
 from .averaging import GradientInbox
 from .butterfly import Part, PartInbox, part_range
@@ -67,11 +68,6 @@ log = logging.getLogger(__name__)
 
 THROUGHPUT_EMA = 0.2
 """Weight of the newest measurement in the throughput average: reacts within a few calls."""
-ACCEPT_FRACTION = 0.8
-"""A call that accumulates gradients is computed only if it starts within this share of the caller's
-timeout: a caller that gave up and retried elsewhere must not find its samples counted twice. A call
-that waited longer is refused, never answered: its caller may still be waiting and would take the
-answer as served, while no peer of the stage holds the gradient (the step would count it lost)."""
 
 
 def _since(received: float) -> float:
@@ -314,18 +310,26 @@ class StageServer:
                 kind, worker.stage, self.run.num_stages, partial=partial, check=header.check
             )
 
-        def accept() -> bool:
-            """Whether the call's gradients are accumulated (a check's never are); raises for a call
-            that waited past its window, as it starts on the compute thread."""
-            if header.check:
-                return False
+        def starts(*, accumulates: bool) -> None:
+            """Raises for a call that waited past its window (`accept_window`), as it starts on the
+            compute thread; a spot check has none."""
             waited = time.monotonic() - received
-            if header.timeout_s > 0 and waited >= ACCEPT_FRACTION * header.timeout_s:
-                raise StageError(
-                    f"stage {worker.stage} call of microbatch {header.microbatch_id} waited {waited:.1f}s "
-                    f"for the compute thread, past its {header.timeout_s:g}s timeout's accept window; refused"
-                )
-            return True
+            if header.check or computes(accumulates=accumulates, waited_s=waited, timeout_s=header.timeout_s):
+                return
+            window = "timeout's accept window" if accumulates else "timeout; its caller gave up"
+            raise StageError(
+                f"stage {worker.stage} {header.kind} call of microbatch {header.microbatch_id} waited "
+                f"{waited:.1f}s for the compute thread, past its {header.timeout_s:g}s {window}; refused"
+            )
+
+        def accept() -> bool:
+            """Whether the call's gradients are accumulated (a check's never are)."""
+            starts(accumulates=True)
+            return not header.check
+
+        def forward(x: Tensor, keep: str | None) -> Tensor:
+            starts(accumulates=False)
+            return worker.forward(header.step, x, keep)
 
         if isinstance(header, BackwardCall) and header.cached:
             grad = self._tensor(tensors, "grad", (samples, self.run.seq_len, self.d_model), torch.float32)
@@ -340,7 +344,7 @@ class StageServer:
         if isinstance(header, ForwardCall):
             keep = header.microbatch_id if header.keep and not header.check else None
             y, seconds = await self.compute_timed(
-                lambda: worker.forward(header.step, x, keep),
+                lambda: forward(x, keep),
                 kind="forward",
                 samples=samples,
                 priority=priority("forward"),

@@ -52,7 +52,8 @@ class RunReport:
     restarts: int = 0
     """Fixed pipeline: restarts from a checkpoint after a member died."""
     calls_refused: int = 0
-    """SWARM: calls that accumulate gradients refused for waiting past their accept window."""
+    """SWARM: calls refused for waiting past their window (`peer.accept_window`): accumulating ones
+    past the accept window, forwards past their caller's timeout."""
     moves: list[Move] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
     """When each step's books closed (all stages averaged), in simulated seconds."""

@@ -11,9 +11,9 @@ readings under the conditions of `Membership._maybe_rebalance`; the step's books
 What is modelled: a peer is a single server whose call occupies it for the longer of its
 compute (FLOPs over its device's speed) and its transfer (the call's bytes over its link), with the
 link's latency each way. It serves as the real peer's compute thread does (`sim.serving`): by
-`stage_call_priority`, then by arrival, and it refuses a call that accumulates gradients once it has
-waited past `ACCEPT_FRACTION` of the caller's timeout (its caller retries elsewhere at once), while a
-forward is computed however long it waited, its answer dropped if its caller gave up. A copy of a
+`stage_call_priority`, then by arrival, and it refuses a call that waited past its window
+(`peer.accept_window`): one that accumulates gradients past `ACCEPT_FRACTION` of the caller's timeout
+(its caller retries elsewhere at once), a forward past the timeout itself. A copy of a
 stage's state takes its bytes over the slower of the two links.
 Averaging is computed per round (`sim.averaging`), in the pattern the coordinator gives the round
 (`averaging_pattern`): all-to-all, each member pushes its sum to the K-1 others through its upload,
@@ -48,10 +48,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from peer.accept_window import computes
 from peer.compute_queue import CallKind, stage_call_priority
 from peer.concurrency import chain_seconds, microbatches_in_flight
 from peer.routing import StageRouter
-from peer.stage_server import ACCEPT_FRACTION
 from peer.trainer import MAX_ATTEMPTS_PER_CALL, NO_PEER_PATIENCE_S, NO_PEER_WAIT_S
 from peer.transport import transfer_timeout_s
 from server.policies.averaging import (
@@ -286,7 +286,7 @@ class SwarmSim:
         self.steps = 0
         self.retries = 0
         self.calls_refused = 0
-        """Calls refused for waiting past their accept window."""
+        """Calls refused for waiting past their window (`peer.accept_window`)."""
         self.calls_taken = [0] * sc.num_stages
         """Per stage, the calls its live peers took."""
         self.call_queued_s = [0.0] * sc.num_stages
@@ -558,6 +558,10 @@ class SwarmSim:
         self.view_changes[peer.stage] += 1
         peer.counted = self._serves(p)
         self.stage_claims[peer.stage] += peer.counted
+        if self.grant_cap is None:
+            # As `StepCycle._view_changed`: set while a stage had no ready peer, the cap is set again
+            # at once, before the next grant.
+            self._set_grant_cap()
         self._view_changed()
         self._pump()
         self._maybe_barrier()
@@ -799,12 +803,13 @@ class SwarmSim:
 
     def _start(self, p: int, call: _SentCall, start: float, arrived_at: float, *, timed: bool) -> None:
         """`call` starts on the peer's compute thread at `start`; its caller may have given up on it
-        meanwhile (the peer cannot tell: it computes a forward all the same).
+        meanwhile (the peer cannot tell, but it refuses a call that waited past its window).
         `timed`: the caller's timeout is already scheduled."""
         peer, mb, token, s, service_s = self.peers[p], call.mb, call.token, call.stage, call.service_s
         caller_waits = token == mb.token and mb.live
         latency = peer.kind.latency_s
-        if call.accumulates and start - arrived_at >= ACCEPT_FRACTION * self.sc.call_timeout_s:
+        waited = start - arrived_at
+        if not computes(accumulates=call.accumulates, waited_s=waited, timeout_s=self.sc.call_timeout_s):
             self.calls_refused += 1
             if caller_waits and start + latency < mb.deadline:
                 self.events.at(start + latency, self._refused, mb, token)
@@ -812,7 +817,7 @@ class SwarmSim:
         finish = start + service_s
         peer.free_at = finish
         self.calls_taken[s] += 1
-        self.call_queued_s[s] += start - arrived_at
+        self.call_queued_s[s] += waited
         self.call_served_s[s] += service_s
         if not caller_waits:
             return
@@ -823,7 +828,7 @@ class SwarmSim:
             self.events.at(mb.deadline, self._answered, mb, token)
 
     def _refused(self, mb: _Microbatch, token: int) -> None:
-        """The peer's error reply: the call waited past its accept window."""
+        """The peer's error reply: the call waited past its window."""
         if token != mb.token or not mb.live or not self.peers[mb.trainer].alive:
             return
         self.peers[mb.peer].calls.pop(mb, None)
@@ -1221,6 +1226,8 @@ class SwarmSim:
         step = round(now / TICK_S)
         if step % round(READING_S / TICK_S) == 0:
             self._take_readings()
+            # The slots refused at the old cap ask again within a poll: the cap may have grown.
+            self._pump()
         if step % round(SWARM_VIEW_REFRESH_S / TICK_S) == 0:
             self.view_epoch += 1
             self._send_view()
@@ -1246,7 +1253,12 @@ class SwarmSim:
                 peer.counted = self._serves(p)
                 served[s] += peer.counted
             self.stage_claims[s] = served[s]
-        self.grant_cap = outstanding_cap(served, [len(v) for v in self.view], self.sc.microbatch_size)
+        self._set_grant_cap()
+
+    def _set_grant_cap(self) -> None:
+        self.grant_cap = outstanding_cap(
+            self.stage_claims, [len(v) for v in self.view], self.sc.microbatch_size
+        )
 
     def _serves(self, p: int) -> float:
         """What the coordinator counts a ready peer at: its claim, capped by its link once measured."""

@@ -492,11 +492,21 @@ class StepCycle:
         self._out.append(do.Send(peer_ids=tuple(self.members), message=message))
 
     def _view_changed(self, now: float) -> None:
-        """Who serves what changed: a view now, or at the first tick `VIEW_GAP_S` after the last."""
+        """Who serves what changed: a view now, or at the first tick `VIEW_GAP_S` after the last.
+
+        A grant cap of None bounds nothing: it was set while a stage had no ready peer, when nothing
+        is granted anyway. It is set again at once, not with the view held back, or the requests of
+        the next `VIEW_GAP_S` are all granted. The simulator had the same hole until its next
+        reading (up to 5 s): at 1,000 spot peers it granted the first step's whole batch in it, and
+        stage 0's one ready peer (a T4 on broadband) took 938 forwards in its first 10 s, which it
+        was still computing ten minutes after their callers had given up (docs/benchmarks.md,
+        issue 14)."""
         if now - self.view_sent >= VIEW_GAP_S:
             self._send_view(now)
-        else:
-            self.view_due = True
+            return
+        self.view_due = True
+        if self.grant_cap is None:
+            self._set_grant_cap(self.ready(), now)
 
     def _send_view(self, now: float) -> None:
         self.view_sent = now
@@ -504,8 +514,7 @@ class StepCycle:
         ready = self.ready()
         # Reading every member's links costs far more than the view: not at every join of a storm.
         if self.grant_cap is None or now - self.grant_cap_at >= GRANT_CAP_REFRESH_S:
-            self.grant_cap = self._grant_cap(ready)
-            self.grant_cap_at = now
+            self._set_grant_cap(ready, now)
         self.views_sent += 1
         endpoints = {m.peer_id: m.endpoint() for m in ready}
         stages: list[list[int]] = [[] for _ in range(self.spec.num_stages)]
@@ -528,6 +537,10 @@ class StepCycle:
         for (group, omitted), peer_ids in recipients.items():
             view = SwarmView(step=self.book.step, peers=peers[group], stages=totals, omits_recipient=omitted)
             self._out.append(do.Send(peer_ids=tuple(peer_ids), message=view))
+
+    def _set_grant_cap(self, ready: list[Member], now: float) -> None:
+        self.grant_cap = self._grant_cap(ready)
+        self.grant_cap_at = now
 
     def _grant_cap(self, ready: list[Member]) -> int | None:
         """`outstanding_cap` for the ready peers at the rates they serve (their links included);

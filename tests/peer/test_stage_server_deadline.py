@@ -6,6 +6,9 @@ in the compute queue past that window but still finished before the caller's tim
 like any other: its trainer reported the microbatch done while no peer of the stage held its
 gradient, and the step recorded its samples lost on that stage (issue 13: a peer just moved to the
 last stage, listed at a rate it could not serve, queued calls past the window).
+
+A forward is refused once it waited its caller's whole timeout: its caller has given up, and
+computing it only held the thread from the calls still waited on (issue 14).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import Any, TypeVar
 import pytest
 import torch
 
-from peer.frame_headers import ErrorReply, StageCall
+from peer.activation_store import ActivationStore
+from peer.frame_headers import ErrorReply, ForwardCall, StageCall
 from peer.frames import assemble_call, encode_payload, open_reply
 from peer.stage_server import StageServer
 from peer.stage_worker import StageError
@@ -102,5 +106,52 @@ def test_a_call_from_its_own_trainer_queued_past_its_window_is_refused_too() -> 
         refused = asyncio.run(scenario())
         assert isinstance(refused, StageError)
         assert worker.accumulated == {}
+    finally:
+        server.close()
+
+
+def test_a_forward_queued_past_its_callers_whole_timeout_is_refused_and_keeps_nothing() -> None:
+    stage = 0
+    server = stage_server(CHECKER, stage, run_spec())
+    worker = server.worker
+    assert worker is not None
+    worker.kept = ActivationStore(1 << 30)
+    header = late_call("forward", stage)
+    assert isinstance(header, ForwardCall)
+    header = header.model_copy(update={"keep": True})
+    data, sent = assemble_call(
+        header, encode_payload(inputs_for(stage, "forward")), signer_for(TRAINER), server.peer_id
+    )
+
+    async def scenario() -> bytes:
+        return (await held_back(server, server.handle(data))).result()
+
+    try:
+        answer = asyncio.run(scenario())
+        reply, _ = open_reply(answer, max_bytes=LIMIT, verifier=verifier_of(TRAINER), call=sent)
+        assert isinstance(reply, ErrorReply)
+        assert "caller gave up" in reply.error
+        assert worker.kept.tally().entries == 0
+    finally:
+        server.close()
+
+
+def test_a_forward_answered_in_time_is_computed_and_kept() -> None:
+    stage = 0
+    server = stage_server(CHECKER, stage, run_spec())
+    worker = server.worker
+    assert worker is not None
+    worker.kept = ActivationStore(1 << 30)
+    header = stage_call("forward", stage, "m1", check=False).model_copy(
+        update={"keep": True, "timeout_s": 60.0}
+    )
+    data, sent = assemble_call(
+        header, encode_payload(inputs_for(stage, "forward")), signer_for(TRAINER), server.peer_id
+    )
+    try:
+        answer = asyncio.run(server.handle(data))
+        reply, _ = open_reply(answer, max_bytes=LIMIT, verifier=verifier_of(TRAINER), call=sent)
+        assert not isinstance(reply, ErrorReply), reply.error
+        assert worker.kept.tally().entries == 1
     finally:
         server.close()

@@ -1074,7 +1074,7 @@ def test_grants_stop_at_what_the_slowest_stage_serves_within_the_call_timeout():
     for peer_id in (1, 2):
         swarm.join(peer_id, throughput=0.8)
         swarm.ready(peer_id)
-    swarm.now += VIEW_GAP_S  # the view held back at the second ready sets the cap at the next tick
+    swarm.now += VIEW_GAP_S
     swarm.feed(on.Tick(now=swarm.now))
     assert swarm.machine.grant_cap == 8
     grants = [sent(swarm.say(1 + n % 2, WorkRequest()), 1 + n % 2)[0] for n in range(8)]
@@ -1086,6 +1086,23 @@ def test_grants_stop_at_what_the_slowest_stage_serves_within_the_call_timeout():
     assert isinstance(done, WorkGrant)
     swarm.say(1, MicrobatchDone(step=0, microbatch_id=done.microbatch_id, samples=done.samples, loss=2.0))
     assert isinstance(sent(swarm.say(1, WorkRequest()), 1)[0], WorkGrant)
+
+
+def test_grants_are_bounded_from_the_ready_that_serves_the_last_stage_while_its_view_is_held_back():
+    # The second ready comes within VIEW_GAP_S of the first's view: the view waits for a tick, but
+    # the cap must not, or every request until then is granted (at 1,000 simulated peers the whole
+    # opening batch went to stage 0's one ready peer).
+    swarm = new_swarm(target=4000)
+    for peer_id in (1, 2):
+        swarm.join(peer_id, throughput=0.8)
+        swarm.ready(peer_id)
+    assert swarm.machine.view_due
+    assert swarm.machine.grant_cap == 8
+    grants = [sent(swarm.say(1 + n % 2, WorkRequest()), 1 + n % 2)[0] for n in range(8)]
+    assert all(isinstance(g, WorkGrant) for g in grants)
+    assert sent(swarm.say(2, WorkRequest()), 2) == [
+        NoWork(step=0, reason="8 microbatches in flight, as many as the stages serve in time")
+    ]
 
 
 def test_grant_pacing_counts_a_peer_at_what_its_link_carries():

@@ -421,9 +421,9 @@ def test_a_busy_peer_starts_the_backward_before_forwards_sent_earlier() -> None:
 
 
 def test_a_backward_that_waited_past_its_accept_window_is_refused_and_retried_elsewhere_at_once() -> None:
-    # As `StageServer.accept`: a call that accumulates gradients and starts after waiting past
+    # As `peer.accept_window`: a call that accumulates gradients and starts after waiting past
     # `ACCEPT_FRACTION` of its timeout is refused; its caller hears so and retries on another peer
-    # before its timeout. A forward that waited as long is computed all the same.
+    # before its timeout. A forward that waited as long, still within its timeout, is computed.
     sim = _one_stage_served_by(2)
     timeout = sim.sc.call_timeout_s
     sim.peers[0].free_at = 0.9 * timeout
@@ -449,5 +449,52 @@ def test_a_call_its_caller_gave_up_on_is_served_as_the_call_it_was_sent_as() -> 
     forward.token += 1
     forward.stage, forward.backward = 0, True
     sim.events.run_until(0.9 * timeout + 1.0)
-    assert sim.calls_refused == 0, "a forward is computed however long it waited"
+    assert sim.calls_refused == 0, "a forward within its timeout is computed"
     assert (sim.calls_taken[0], sim.calls_taken[1]) == (0, 1)
+
+
+def test_a_forward_that_waited_past_its_callers_timeout_is_refused_and_holds_the_peer_no_longer() -> None:
+    # As `peer.accept_window`: past its whole timeout a forward's caller has given up and retried
+    # elsewhere. Computing it anyway held the peer from a call that came later and is still waited on.
+    sim = _one_stage_served_by(2)
+    timeout = sim.sc.call_timeout_s
+    started: list[tuple[_Microbatch, float]] = []
+    start = sim._start
+
+    def recording_start(p: int, call: _SentCall, at: float, *args: Any, **kwargs: Any) -> None:
+        started.append((call.mb, at))
+        start(p, call, at, *args, **kwargs)
+
+    sim._start = recording_start  # type: ignore[method-assign]
+    sim.peers[0].free_at = 1.1 * timeout
+    stale = _call(sim, backward=False, trainer=1)
+    sim._send(stale, 0)
+    sim.events.run_until(1.05 * timeout)
+    assert stale.peer == 1, "its caller gave up on peer 0 and retried on peer 1"
+    waited_on = _call(sim, backward=False, trainer=1)
+    sim._send(waited_on, 0)
+    sim.events.run_until(1.1 * timeout + 1.0)
+    assert sim.calls_refused == 1
+    at_peer_0 = [(mb, at) for mb, at in started if at >= 1.1 * timeout]
+    assert at_peer_0 == [(stale, 1.1 * timeout), (waited_on, 1.1 * timeout)]
+    assert waited_on.stage == 2, "computed on peer 0 and gone on"
+
+
+def test_no_microbatch_is_granted_without_a_cap_once_every_stage_is_served() -> None:
+    # As `StepCycle._view_changed`: the ready that serves the last unserved stage sets the cap at
+    # once. Set only at the next reading, the grants between were unbounded.
+    sim = SwarmSim(dataclasses.replace(BASE, duration_s=60.0))
+    granted_uncapped: list[int] = []
+    pump = sim._pump
+
+    def watched_pump() -> bool:
+        before = len(sim.book.outstanding)
+        refused = pump()
+        if sim.grant_cap is None and len(sim.book.outstanding) > before:
+            granted_uncapped.append(len(sim.book.outstanding) - before)
+        return refused
+
+    sim._pump = watched_pump  # type: ignore[method-assign]
+    report = sim.run()
+    assert report.samples_completed > 0
+    assert granted_uncapped == []
