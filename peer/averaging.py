@@ -39,7 +39,7 @@ from swarmhub.wire import (
     StepBarrier,
 )
 
-from .butterfly import Part, PartsHandled, assemble_parts, dot64, part_range, project_parts, reduce_part
+from .butterfly import Part, PartsHandled, assemble_parts, dot64, part_bounds, project_parts, reduce_part
 from .compression import get_codec
 from .frame_auth import AuthError
 from .frame_headers import ErrorReply, PushGrads
@@ -302,6 +302,9 @@ class Averager:
         addresses = {p.peer_id: p.address for p in barrier.group}
         others = [peer_id for peer_id in ids if peer_id != peer.peer_id]
         length = worker.parameter_count
+        weighed = barrier.part_weights or [1] * parts
+        weights = dict(zip((p.peer_id for p in barrier.group), weighed, strict=True))
+        bounds = part_bounds(length, [weights[peer_id] for peer_id in ids])
         codec = peer.run.compression
         lossless = get_codec(codec).lossless
 
@@ -315,6 +318,7 @@ class Averager:
                 counted=[] if reduced else counted,
                 part=part,
                 parts=parts,
+                bounds=bounds[part],
                 reduced=reduced,
             )
 
@@ -322,7 +326,7 @@ class Averager:
             """Each other member's payload, and every part as its owner will hold it (decoded)."""
             grads = own_gradients()
             payloads: dict[int, Payload] = {}
-            sent = [grads[slice(*part_range(length, parts, j))] for j in range(parts)]
+            sent = [grads[start:end] for start, end in bounds]
             for peer_id in others:
                 j = rank[peer_id]
                 payloads[peer_id], sent[j] = contribution(header(j, reduced=False), sent[j], codec)
@@ -359,14 +363,16 @@ class Averager:
             async with asyncio.timeout(timeout), asyncio.TaskGroup() as pushes:
                 for peer_id in others:
                     pushes.create_task(push(header(rank[peer_id], reduced=False), payloads[peer_id], peer_id))
-                received = await server.parts.wait_for(step, attempt, own_part, reduced=False, parts=parts)
+                received = await server.parts.wait_for(step, attempt, own_part, reduced=False, bounds=bounds)
                 reduced_payload, reduced_mine, norms = await server.compute(lambda: reduce(received))
                 for peer_id in others:
                     pushes.create_task(push(header(me, reduced=True), reduced_payload, peer_id))
-                gathered = await server.parts.wait_for(step, attempt, their_parts, reduced=True, parts=parts)
+                gathered = await server.parts.wait_for(
+                    step, attempt, their_parts, reduced=True, bounds=bounds
+                )
         except TimeoutError:
             if gathered is None:
-                await self._name_missing(barrier, own_part, their_parts, parts, timeout, failures)
+                await self._name_missing(barrier, own_part, their_parts, bounds, timeout, failures)
                 return
             # Every part came in and only this member's own pushes ran out of time: the members they
             # were for name it.
@@ -383,6 +389,7 @@ class Averager:
         self._parts_handled[step] = PartsHandled(
             attempt=attempt,
             me=me,
+            bounds=bounds,
             sent=sent,
             received=[mine if j == me else by_rank[j] for j in range(parts)],
             total=total,
@@ -409,7 +416,7 @@ class Averager:
         barrier: StepBarrier,
         own_part: dict[int, int],
         their_parts: dict[int, int],
-        parts: int,
+        bounds: list[tuple[int, int]],
         timeout: float,
         failures: dict[int, BaseException],
     ) -> None:
@@ -417,9 +424,10 @@ class Averager:
         peer = self._peer
         inbox = peer.server.parts
         step, attempt = barrier.step, barrier.attempt
-        missing = set(own_part) - inbox.arrived(step, attempt, own_part, reduced=False, parts=parts)
+        missing = set(own_part) - inbox.arrived(step, attempt, own_part, reduced=False, bounds=bounds)
         if not missing:
-            missing = set(their_parts) - inbox.arrived(step, attempt, their_parts, reduced=True, parts=parts)
+            gathered = inbox.arrived(step, attempt, their_parts, reduced=True, bounds=bounds)
+            missing = set(their_parts) - gathered
         causes = "; ".join(f"push to {p} failed: {failures[p]}" for p in sorted(failures))
         for peer_id in sorted(missing):
             await peer.control.send(

@@ -1,10 +1,12 @@
 """The butterfly exchange of large averaging rounds: a reduce-scatter, then an all-gather.
 
-The stage's flat gradients are cut into K contiguous parts, one per member in the order of peer ids.
-Each member sends part j of its sum to member j, sums the K contributions to its own part (in sender
+The stage's flat gradients are cut into K contiguous parts, one per member in the order of peer ids,
+each in proportion to its member's weight in the barrier (`server.policies.butterfly_parts`: a member
+on a slow link owns a small part, since everything it owns passes through its link K-1 times each
+way). Each member sends part j of its sum to member j, sums the K contributions to its own part (in sender
 order, as all-to-all members sum whole contributions), and sends that reduced part to every other
-member, which puts the K reduced parts together. A member sends and takes 2(K-1)/K sums' worth
-however large the round, where all-to-all sends K-1 whole sums: in the simulator a stage of 300
+member, which puts the K reduced parts together. With equal parts a member sends and takes 2(K-1)/K sums'
+worth however large the round, where all-to-all sends K-1 whole sums: in the simulator a stage of 300
 members (10,000 peers over 32 stages) never finished an all-to-all round.
 
 Members stay bit-identical: each reduced part is summed once, by its owner, and everyone (the owner
@@ -25,20 +27,29 @@ vector drawn after the fact (`project_parts`), and the projections, being linear
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 
-def part_range(length: int, parts: int, part: int) -> tuple[int, int]:
-    """[start, end) of `part` of `parts` near-equal contiguous parts of `length` elements: the first
-    `length % parts` parts hold one element more."""
-    if not 0 <= part < parts:
-        raise ValueError(f"part {part} of {parts}")
-    base, extra = divmod(length, parts)
-    start = part * base + min(part, extra)
-    return start, start + base + (1 if part < extra else 0)
+def part_bounds(length: int, weights: Sequence[int]) -> list[tuple[int, int]]:
+    """[start, end) of each of `len(weights)` contiguous parts of `length` elements, in proportion to
+    the (positive integer) weights, in integer arithmetic so every member cuts the same parts. Each
+    part holds at least one element while `length` allows: the rest is shared by weight."""
+    if not weights or min(weights) < 1:
+        raise ValueError(f"part weights must be positive integers, got {list(weights)}")
+    parts, total = len(weights), sum(weights)
+    spare = max(0, length - parts)
+    bounds = []
+    start, before = 0, 0
+    for j, weight in enumerate(weights):
+        before += weight
+        end = min(j + 1, length) + spare * before // total
+        bounds.append((start, end))
+        start = end
+    return bounds
 
 
 def reduce_part(contributions: dict[int, Tensor]) -> Tensor:
@@ -60,6 +71,8 @@ class Part:
     attempt: int
     part: int
     parts: int
+    bounds: tuple[int, int]
+    """[start, end) of the part in the stage's flat gradients, as its sender cut it."""
     grads: Tensor
     counted: list[str]
 
@@ -83,25 +96,40 @@ class PartInbox:
             self._changed.notify_all()
 
     def arrived(
-        self, step: int, attempt: int, expected: dict[int, int], *, reduced: bool, parts: int
+        self,
+        step: int,
+        attempt: int,
+        expected: dict[int, int],
+        *,
+        reduced: bool,
+        bounds: Sequence[tuple[int, int]],
     ) -> set[int]:
         """Senders of `expected` (sender -> the part it is to send) whose part for this attempt is in,
-        cut for a round of `parts` members."""
+        cut as this member cuts the round's parts (`bounds`, from the barrier it was sent): a part cut
+        otherwise is not the one awaited, whatever its sender claims."""
         got = self._received.get((step, reduced), {})
+        parts = len(bounds)
         return {
             sender
             for sender, part in expected.items()
             if (held := got.get(sender)) is not None
             and (held.attempt, held.part, held.parts) == (attempt, part, parts)
+            and held.bounds == bounds[part]
         }
 
     async def wait_for(
-        self, step: int, attempt: int, expected: dict[int, int], *, reduced: bool, parts: int
+        self,
+        step: int,
+        attempt: int,
+        expected: dict[int, int],
+        *,
+        reduced: bool,
+        bounds: Sequence[tuple[int, int]],
     ) -> dict[int, Part]:
         """Wait until every sender of `expected` has sent its part for this attempt (`arrived`)."""
         async with self._changed:
             await self._changed.wait_for(
-                lambda: self.arrived(step, attempt, expected, reduced=reduced, parts=parts) == set(expected)
+                lambda: self.arrived(step, attempt, expected, reduced=reduced, bounds=bounds) == set(expected)
             )
             got = self._received[(step, reduced)]
             return {s: got[s] for s in expected}
@@ -141,6 +169,8 @@ class PartsHandled:
 
     attempt: int
     me: int
+    bounds: list[tuple[int, int]]
+    """The round's parts, as `part_bounds` cut them."""
     sent: list[Tensor]
     received: list[Tensor]
     """By sender rank, this member's own included."""
@@ -149,10 +179,8 @@ class PartsHandled:
 
 def project_parts(handled: PartsHandled, seed: int) -> dict[str, list[float]]:
     """The member's part check (`server.policies.part_check.PartReport`) for the vector of `seed`."""
-    length = handled.total.numel()
-    parts = len(handled.sent)
-    r = projection_vector(seed, length)
-    ranges = [part_range(length, parts, j) for j in range(parts)]
+    r = projection_vector(seed, handled.total.numel())
+    ranges = handled.bounds
     start, end = ranges[handled.me]
     held = [handled.total[a:b] for a, b in ranges]
     return {

@@ -113,6 +113,9 @@ class PushGrads(_Envelope):
     """Butterfly: which of `parts` contiguous parts of the stage's flat gradients this is (the rank,
     by peer id, of the member that sums it). None: the whole sum (all-to-all)."""
     parts: int = Field(default=1, ge=1, le=MAX_PARTS)
+    bounds: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] | None = None
+    """Butterfly: [start, end) of the part in the stage's flat gradients, as the round's weights cut
+    them (`peer.butterfly.part_bounds`); the receiver holds it to the cut of its own barrier."""
     reduced: bool = False
     """Butterfly: the part summed over the whole group by the member it belongs to (the all-gather),
     rather than one sender's own."""
@@ -120,10 +123,12 @@ class PushGrads(_Envelope):
     @model_validator(mode="after")
     def _a_part_of_the_parts(self) -> PushGrads:
         if self.part is None:
-            if self.parts != 1 or self.reduced:
+            if self.parts != 1 or self.reduced or self.bounds is not None:
                 raise ValueError("a whole sum has no parts")
         elif self.part >= self.parts:
             raise ValueError(f"part {self.part} of {self.parts}")
+        elif self.bounds is None or self.bounds[0] > self.bounds[1]:
+            raise ValueError(f"part {self.part} of {self.parts} has no bounds [start, end)")
         return self
 
 

@@ -25,7 +25,7 @@ from swarmhub.wire import ArbitrationVerdict, RunSpec
 from .accept_window import computes
 from .activation_store import ActivationStore
 from .averaging import GradientInbox
-from .butterfly import Part, PartInbox, part_range
+from .butterfly import Part, PartInbox
 from .compute_queue import BOOKKEEPING_PRIORITY, CallKind, ComputeQueue, stage_call_priority
 from .faults import Fault
 from .frame_auth import AuthError, FrameSigner, SenderVerifier
@@ -234,11 +234,17 @@ class StageServer:
                 grads = self._tensor(tensors, "grads", (worker.parameter_count,), torch.float32)
                 await self.inbox.put(header.step, header.attempt, header.sender, grads, header.counted)
                 return self._reply(frame, GradsAck)
-            start, end = part_range(worker.parameter_count, header.parts, header.part)
+            assert header.bounds is not None  # a part has bounds (`PushGrads`)
+            start, end = header.bounds
+            if end > worker.parameter_count:
+                raise FrameError(
+                    f"part [{start}, {end}) lies outside the stage's {worker.parameter_count} gradients"
+                )
             part = Part(
                 attempt=header.attempt,
                 part=header.part,
                 parts=header.parts,
+                bounds=(start, end),
                 grads=self._tensor(tensors, "grads", (end - start,), torch.float32),
                 counted=header.counted,
             )

@@ -120,18 +120,28 @@ def all_to_all_round(
     )
 
 
-def butterfly_round(members: Sequence[Pusher], wire_bytes: float, timeout_s: float) -> RoundOutcome:
-    """A reduce-scatter and all-gather among `members`, as `peer/butterfly.py` makes it: each member
-    sends and takes 2(K-1)/K sums' worth, directly to and from each other member (a latency each
-    way per phase), and every part passes through every member, so a member too slow for the
-    timeout is missed by all the others. A new attempt sends everything again (parts move with K)."""
+def butterfly_round(
+    members: Sequence[Pusher], wire_bytes: float, timeout_s: float, weights: Sequence[int] | None = None
+) -> RoundOutcome:
+    """A reduce-scatter and all-gather among `members`, as `peer/butterfly.py` makes it: a member
+    owning a share w of the parts (its weight in `weights`, in the members' order; None: equal
+    parts) sends and takes (1 + (K-2)w) sums' worth, directly to and from each other member (a
+    latency each way per phase), and every part passes through every member, so a member too slow
+    for the timeout is missed by all the others. A new attempt sends everything again (parts move
+    with K)."""
     k = len(members)
     group = frozenset(m.peer_id for m in members)
     if k < 2:
         return RoundOutcome(group=group, reported=group, missed={}, ends_s=0.0)
-    share = 2 * (k - 1) / k * wire_bytes
+    weighed = list(weights) if weights is not None else [1] * k
+    total = sum(weighed)
     hops = 2
-    done = {m.peer_id: m.ready_s + share / min(m.upload, m.download) + hops * m.latency_s for m in members}
+    done = {
+        m.peer_id: m.ready_s
+        + (1 + (k - 2) * weight / total) * wire_bytes / min(m.upload, m.download)
+        + hops * m.latency_s
+        for m, weight in zip(members, weighed, strict=True)
+    }
     late = frozenset(p for p, t in done.items() if t > timeout_s)
     if not late:
         return RoundOutcome(group=group, reported=group, missed={}, ends_s=max(done.values()))

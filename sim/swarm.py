@@ -17,7 +17,8 @@ link's latency each way. It serves as the real peer's compute thread does (`sim.
 stage's state takes its bytes over the slower of the two links.
 Averaging is computed per round (`sim.averaging`), in the pattern the coordinator gives the round
 (`averaging_pattern`): all-to-all, each member pushes its sum to the K-1 others through its upload,
-one after another, and takes theirs through its download; a butterfly, two sums' worth; members give
+one after another, and takes theirs through its download; a butterfly, two sums' worth with equal
+parts, less for a member owning a small part (`server.policies.butterfly_parts`); members give
 up at the barrier's push allowance (`push_allowance_s`) and the round goes on without whoever held
 it up at the coordinator's deadline (`round_limit_s`, `AveragingRound.going_on_without`), their
 samples lost, as `StepCycle._expire_rounds` does. A peer dies silently: its calls
@@ -63,6 +64,7 @@ from server.policies.averaging import (
     round_limit_s,
 )
 from server.policies.averaging_pace import RoundBudget, StepAveraging, round_s, slower_upload, step_s
+from server.policies.butterfly_parts import part_weights
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.join_hold import barrier_waits, holds_the_step, waits_for_loader
 from server.policies.rate_estimate import RateEstimate
@@ -1002,7 +1004,7 @@ class SwarmSim:
         ]
         limit = round_limit_s(self.sc.averaging_deadline_s, allowance)
         if round_.pattern == "butterfly":
-            return butterfly_round(members, wire, timeout), limit
+            return butterfly_round(members, wire, timeout, part_weights(rates)), limit
         return all_to_all_round(members, wire, timeout, held), limit
 
     def _link_reading(self, p: int) -> float | None:

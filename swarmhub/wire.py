@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from swarmhub.run_settings import CompressionName as CompressionName
 from swarmhub.run_settings import OptimizerName as OptimizerName
@@ -446,6 +446,19 @@ class StepBarrier(Message):
     (`server.policies.averaging.push_allowance_s`): longer than a peer assumes on its own when a
     member's link was measured slower. None: the peer's own allowance."""
     pattern: AveragingPattern = "all_to_all"
+    part_weights: list[Annotated[int, Field(ge=1, le=1 << 40)]] | None = None
+    """Butterfly: each member's weight in the parts, in the order of `group`
+    (`server.policies.butterfly_parts`): a member owns a part of the stage's gradients in proportion
+    to it. None: equal parts."""
+
+    @model_validator(mode="after")
+    def _a_weight_per_member(self) -> StepBarrier:
+        if self.part_weights is not None:
+            if self.pattern != "butterfly":
+                raise ValueError("only a butterfly round has parts to weigh")
+            if len(self.part_weights) != len(self.group):
+                raise ValueError(f"{len(self.part_weights)} part weights for {len(self.group)} members")
+        return self
 
 
 class CheckParts(Message):

@@ -28,6 +28,7 @@ from server.policies.averaging import (
     round_limit_s,
 )
 from server.policies.averaging_pace import round_s
+from server.policies.butterfly_parts import part_weights
 from server.policies.grant_pacing import outstanding_cap, served_rate
 from server.policies.join_hold import barrier_waits, waits_for_loader
 from server.policies.ledger import FinishedMicrobatch, PeerCredit, Pending, Tally, claim_since, credit_step
@@ -236,8 +237,8 @@ class StepCycle:
     def _send_barrier(self, stage: int) -> None:
         round_ = self.rounds[stage]
         members = [self.members[p] for p in sorted(round_.group) if p in self.members]
-        links = [r for m in members if (r := pushing_rate(m.inbound_link, m.rounds_held_up)) is not None]
-        slowest = min(links, default=None)
+        rates = [pushing_rate(m.inbound_link, m.rounds_held_up) for m in members]
+        slowest = min((r for r in rates if r is not None), default=None)
         patterns = self.settings.patterns
         pushed = self._push_bytes()[stage]
         round_.pattern = averaging_pattern(len(members), pushed, slowest, patterns)
@@ -252,6 +253,7 @@ class StepCycle:
             group=[m.endpoint() for m in members],
             push_timeout_s=allowance,
             pattern=round_.pattern,
+            part_weights=part_weights(rates) if round_.pattern == "butterfly" else None,
         )
         self._out.append(do.Send(peer_ids=tuple(m.peer_id for m in members), message=barrier))
 

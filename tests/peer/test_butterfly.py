@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from peer.averaging import Averager, norm_sq, sum_contributions
-from peer.butterfly import Part, PartInbox, assemble_parts, part_range, reduce_part
+from peer.butterfly import Part, PartInbox, assemble_parts, part_bounds, reduce_part
 from peer.faults import Fault
 from peer.frame_headers import ErrorReply, PushGrads
 from peer.frames import assemble_call, encode_payload, open_frame
@@ -44,29 +44,48 @@ from tests.peer.test_stage_server_checks import stage_server as make_stage_serve
 
 
 @pytest.mark.parametrize(
-    ("length", "parts"),
-    [(10, 1), (10, 3), (12, 4), (7, 7), (3, 5), (1_000_003, 300)],
+    ("length", "weights", "sizes"),
+    [
+        pytest.param(10, [1], [10], id="one part"),
+        pytest.param(12, [1, 1, 1, 1], [3, 3, 3, 3], id="equal"),
+        pytest.param(10, [1, 1, 1], [3, 3, 4], id="equal, the rest to the last"),
+        pytest.param(7, [1] * 7, [1] * 7, id="one element each"),
+        pytest.param(3, [1] * 5, [1, 1, 1, 0, 0], id="fewer elements than parts"),
+        pytest.param(111, [10, 1], [100, 11], id="a slow link owns a tenth as much"),
+        pytest.param(12, [1000, 1], [10, 2], id="never less than one element"),
+        pytest.param(1_000_003, [125_000] * 21 + [12_500] * 9, None, id="datacenter and broadband"),
+    ],
 )
-def test_parts_cover_the_gradients_in_order_and_differ_by_at_most_one(length: int, parts: int) -> None:
-    ranges = [part_range(length, parts, j) for j in range(parts)]
-    assert ranges[0][0] == 0 and ranges[-1][1] == length
-    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
-    sizes = [end - start for start, end in ranges]
-    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+def test_parts_cover_the_gradients_in_order_in_proportion_to_their_weights(
+    length: int, weights: list[int], sizes: list[int] | None
+) -> None:
+    bounds = part_bounds(length, weights)
+    assert bounds[0][0] == 0 and bounds[-1][1] == length
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
+    got = [end - start for start, end in bounds]
+    if sizes is not None:
+        assert got == sizes
+    spare = max(0, length - len(weights))
+    for size, weight in zip(got, weights, strict=True):
+        # One element each, then the rest by weight, each part within an element of its share.
+        assert abs(size - min(1, length) - spare * weight / sum(weights)) <= 1
 
 
-@pytest.mark.parametrize("part", [-1, 3])
-def test_a_part_outside_the_round_is_refused(part: int) -> None:
-    with pytest.raises(ValueError, match="part"):
-        part_range(10, 3, part)
+@pytest.mark.parametrize("weights", [[], [1, 0], [2, -1]])
+def test_parts_need_positive_weights(weights: list[int]) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        part_bounds(10, weights)
 
 
 @pytest.mark.parametrize(
     "fields",
     [
-        {"part": 3, "parts": 3},
+        {"part": 3, "parts": 3, "bounds": (0, 1)},
+        {"part": 1, "parts": 3},
+        {"part": 1, "parts": 3, "bounds": (5, 4)},
         {"parts": 2},
         {"reduced": True},
+        {"bounds": (0, 4)},
     ],
 )
 def test_a_push_header_names_a_part_of_its_parts_or_none(fields: dict[str, object]) -> None:
@@ -77,10 +96,8 @@ def test_a_push_header_names_a_part_of_its_parts_or_none(fields: dict[str, objec
 def test_reduced_parts_put_together_are_the_all_to_all_sum_bit_for_bit() -> None:
     gen = torch.Generator().manual_seed(3)
     grads = {sender: torch.randn(1001, generator=gen) * sender for sender in (2, 9, 5, 4)}
-    parts = len(grads)
     reduced = {}
-    for j in range(parts):
-        start, end = part_range(1001, parts, j)
+    for j, (start, end) in enumerate(part_bounds(1001, [3, 1, 40, 7])):
         reduced[j] = reduce_part({s: g[start:end] for s, g in grads.items()})
     assert torch.equal(assemble_parts(reduced), sum_contributions(grads))
 
@@ -89,18 +106,29 @@ def test_the_inbox_keeps_each_senders_newest_attempt_and_waits_for_the_right_par
     async def scenario() -> None:
         inbox = PartInbox()
         one = torch.ones(2)
-        await inbox.put(3, 7, Part(attempt=1, part=0, parts=3, grads=one, counted=["a"]), reduced=False)
-        # An older attempt arriving late does not replace it; a part cut for another round is not it.
-        await inbox.put(3, 7, Part(attempt=0, part=0, parts=3, grads=one, counted=[]), reduced=False)
-        await inbox.put(3, 8, Part(attempt=1, part=0, parts=2, grads=one, counted=[]), reduced=False)
-        assert inbox.arrived(3, 1, {7: 0, 8: 0}, reduced=False, parts=3) == {7}
-        assert inbox.arrived(3, 1, {7: 0}, reduced=True, parts=3) == set()
+        bounds = [(0, 2), (2, 5), (5, 6)]
+        await inbox.put(
+            3, 7, Part(attempt=1, part=0, parts=3, bounds=(0, 2), grads=one, counted=["a"]), reduced=False
+        )
+        # An older attempt arriving late does not replace it; a part cut for another round is not it,
+        # nor one cut by other weights.
+        await inbox.put(
+            3, 7, Part(attempt=0, part=0, parts=3, bounds=(0, 2), grads=one, counted=[]), reduced=False
+        )
+        await inbox.put(
+            3, 8, Part(attempt=1, part=0, parts=2, bounds=(0, 2), grads=one, counted=[]), reduced=False
+        )
+        await inbox.put(
+            3, 9, Part(attempt=1, part=0, parts=3, bounds=(0, 3), grads=one, counted=[]), reduced=False
+        )
+        assert inbox.arrived(3, 1, {7: 0, 8: 0, 9: 0}, reduced=False, bounds=bounds) == {7}
+        assert inbox.arrived(3, 1, {7: 0}, reduced=True, bounds=bounds) == set()
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(inbox.wait_for(3, 1, {7: 0, 8: 0}, reduced=False, parts=3), 0.05)
-        got = await asyncio.wait_for(inbox.wait_for(3, 1, {7: 0}, reduced=False, parts=3), 1.0)
+            await asyncio.wait_for(inbox.wait_for(3, 1, {7: 0, 8: 0}, reduced=False, bounds=bounds), 0.05)
+        got = await asyncio.wait_for(inbox.wait_for(3, 1, {7: 0}, reduced=False, bounds=bounds), 1.0)
         assert got[7].counted == ["a"]
         inbox.drop_through(3)
-        assert inbox.arrived(3, 1, {7: 0}, reduced=False, parts=3) == set()
+        assert inbox.arrived(3, 1, {7: 0}, reduced=False, bounds=bounds) == set()
 
     asyncio.run(scenario())
 
@@ -157,7 +185,11 @@ def _trained_servers(
 
 
 def _average(
-    servers: dict[int, StageServer], codec: CompressionName, listed: list[int], gone: str | None = None
+    servers: dict[int, StageServer],
+    codec: CompressionName,
+    listed: list[int],
+    gone: str | None = None,
+    weights: list[int] | None = None,
 ) -> dict[int, tuple[RecordedControl, torch.Tensor | None]]:
     """Every live member of `servers` averages one butterfly round among `listed` (and a member at
     `gone` that nobody answers for, if given); each member's recorded channel and the sum it holds."""
@@ -169,7 +201,13 @@ def _average(
         if gone is not None:
             group.append(PeerEndpoint(peer_id=99, address=gone, stage=0))
         barrier = StepBarrier(
-            step=0, attempt=0, stage=0, group=group, push_timeout_s=3.0, pattern="butterfly"
+            step=0,
+            attempt=0,
+            stage=0,
+            group=group,
+            push_timeout_s=3.0,
+            pattern="butterfly",
+            part_weights=weights,
         )
         try:
             for m in members.values():
@@ -189,12 +227,23 @@ def _average(
             server.close()
 
 
-@pytest.mark.parametrize("codec", ["none", "int8"])
-def test_members_of_a_butterfly_round_hold_the_same_sum_and_report_its_parts(codec: CompressionName) -> None:
+@pytest.mark.parametrize(
+    ("codec", "weights"),
+    [
+        pytest.param("none", None, id="equal parts"),
+        pytest.param("int8", None, id="equal parts, int8"),
+        # The barrier lists members in its own order, not by peer id: peer 4 owns the smallest part.
+        pytest.param("none", [30, 1, 10], id="weighted parts"),
+        pytest.param("int8", [30, 1, 10], id="weighted parts, int8"),
+    ],
+)
+def test_members_of_a_butterfly_round_hold_the_same_sum_and_report_its_parts(
+    codec: CompressionName, weights: list[int] | None
+) -> None:
     ids = (4, 5, 6)
     servers = _trained_servers(ids, codec)
     own = {p: s.worker.flat_gradients().clone() for p, s in servers.items()}  # type: ignore[union-attr]
-    outcome = _average(servers, codec, list(ids))
+    outcome = _average(servers, codec, [6, 4, 5] if weights else list(ids), weights=weights)
     sums = [held for _, held in outcome.values()]
     assert all(s is not None and torch.equal(s, sums[0]) for s in sums), "members hold different bits"
     total = sums[0]
@@ -214,6 +263,15 @@ def test_members_of_a_butterfly_round_hold_the_same_sum_and_report_its_parts(cod
         assert report.contributors == list(ids)
         assert report.counted == ["mb-4", "mb-5", "mb-6"]
         assert report.grad_sum_norm_sq == done[4].grad_sum_norm_sq == pytest.approx(norm_sq(total), rel=1e-9)
+    if weights and codec == "none":
+        # By peer id the weights are 1, 10, 30: each owner reports the norms of the senders' pieces of
+        # the part it summed, and they are the norms of the part cut by those weights.
+        bounds = part_bounds(total.numel(), [1, 10, 30])
+        assert bounds[0][1] - bounds[0][0] < total.numel() / 30
+        for rank, owner in enumerate(ids):
+            start, end = bounds[rank]
+            for c in done[owner].contributions:
+                assert c.norm_sq == pytest.approx(norm_sq(own[c.peer_id][start:end]), rel=1e-9)
     # The part check passes on what honest members handled.
     checks = _part_reports(outcome)
     assert judge_parts(list(ids), checks, CODEC_ERROR[codec]).clean
@@ -247,8 +305,16 @@ def unused_address() -> str:
 @pytest.mark.parametrize(
     ("fields", "size", "error"),
     [
-        pytest.param({"part": 1, "parts": 3}, 7, "grads has shape", id="a part cut for another size"),
-        pytest.param({"part": 3, "parts": 3}, 7, "part 3 of 3", id="a part outside its round"),
+        pytest.param(
+            {"part": 1, "parts": 3, "bounds": (0, 3)}, 7, "grads has shape", id="a part cut for another size"
+        ),
+        pytest.param(
+            {"part": 1, "parts": 3, "bounds": (0, 10**12)}, 7, "lies outside", id="a part beyond the stage"
+        ),
+        pytest.param(
+            {"part": 3, "parts": 3, "bounds": (0, 7)}, 7, "part 3 of 3", id="a part outside its round"
+        ),
+        pytest.param({"part": 1, "parts": 3}, 7, "has no bounds", id="a part without bounds"),
         pytest.param({"parts": 3}, 7, "a whole sum has no parts", id="parts without a part"),
     ],
 )
@@ -272,7 +338,7 @@ def test_a_malformed_part_is_refused_and_nothing_is_kept(
         frame, _ = assemble_call(push, encode_payload({"grads": torch.zeros(size)}, "none"), signer_for(5), 4)
         reply = open_frame(asyncio.run(server.handle(frame)), max_bytes=LIMIT).header
         assert isinstance(reply, ErrorReply) and error in reply.error
-        assert server.parts.arrived(0, 0, {5: 1}, reduced=False, parts=3) == set()
+        assert server.parts.arrived(0, 0, {5: 1}, reduced=False, bounds=[(0, 3), (3, 7), (7, 9)]) == set()
     finally:
         server.close()
 

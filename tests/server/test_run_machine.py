@@ -891,6 +891,22 @@ def test_a_small_round_measured_slow_goes_in_a_butterfly():
     (barrier,) = barriers_in(swarm.log)
     assert barrier.pattern == "butterfly"
     assert barrier.push_timeout_s == push_allowance_s(gradient_bytes, 3, slow, "butterfly")
+    # Only peer 3 is measured: the others are taken at its rate, and the parts stay equal.
+    assert fast.part_weights is None and barrier.part_weights is None
+
+
+def test_a_butterfly_member_on_a_slow_link_owns_a_part_in_proportion_to_it():
+    swarm = three_on_stage_zero(preset="small")
+    swarm.now += SWARM_VIEW_REFRESH_S
+    keep_alive(swarm)
+    swarm.say(1, Heartbeat(throughput=10.0, queue_length=0, samples_done=0, links={2: 1e8, 3: 1e6}))
+    swarm.say(2, Heartbeat(throughput=10.0, queue_length=0, samples_done=0, links={1: 1e8, 3: 1e6}))
+    swarm.feed(on.Tick(now=swarm.now))
+    swarm.train(1)
+    (barrier,) = barriers_in(swarm.log)
+    assert barrier.pattern == "butterfly"
+    assert [p.peer_id for p in barrier.group] == [1, 2, 3]
+    assert barrier.part_weights == [100_000, 100_000, 1_000]
 
 
 def test_a_member_measured_slow_is_given_the_time_its_link_needs_then_dropped_then_more_time():

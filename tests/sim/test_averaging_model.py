@@ -117,24 +117,29 @@ def test_the_coordinators_policy_drops_who_the_outcome_says(timeout_s: float, dr
     assert round_.going_on_without(frozenset()) == drop
 
 
+SLOW_FIRST = [_pusher(0, upload=1 * MB)] + [_pusher(p) for p in range(1, 4)]
+
+
 @pytest.mark.parametrize(
-    ("members", "timeout_s", "reported", "missed", "ends_s"),
+    ("members", "weights", "timeout_s", "reported", "missed", "ends_s"),
     [
         # 2(K-1)/K = 1.5 sums of 10 MB at 10 MB/s, and 2 log2(4) latency hops of nothing.
-        ([_pusher(p) for p in range(4)], 20.0, {0, 1, 2, 3}, {}, 1.5),
-        (
-            [_pusher(0, upload=1 * MB)] + [_pusher(p) for p in range(1, 4)],
-            10.0,
-            set(),
-            {1: {0}, 2: {0}, 3: {0}},
-            15.0,
-        ),
+        ([_pusher(p) for p in range(4)], None, 20.0, {0, 1, 2, 3}, {}, 1.5),
+        ([_pusher(p) for p in range(4)], [1, 1, 1, 1], 20.0, {0, 1, 2, 3}, {}, 1.5),
+        (SLOW_FIRST, None, 12.0, set(), {1: {0}, 2: {0}, 3: {0}}, 15.0),
+        # The slow member owns 1/31 of the parts: (1 + 2/31) sums through its 1 MB/s upload.
+        (SLOW_FIRST, [1, 10, 10, 10], 12.0, {0, 1, 2, 3}, {}, (1 + 2 / 31) * 10),
     ],
 )
 def test_butterfly_round(
-    members: list[Pusher], timeout_s: float, reported: set[int], missed: dict[int, set[int]], ends_s: float
+    members: list[Pusher],
+    weights: list[int] | None,
+    timeout_s: float,
+    reported: set[int],
+    missed: dict[int, set[int]],
+    ends_s: float,
 ) -> None:
-    outcome = butterfly_round(members, 10 * MB, timeout_s)
+    outcome = butterfly_round(members, 10 * MB, timeout_s, weights)
     assert outcome.reported == reported
     assert outcome.missed == missed
     assert outcome.ends_s == pytest.approx(ends_s)
