@@ -41,9 +41,14 @@ DEFAULT_COMPRESSION = RunSettings.model_fields["compression"].default
 MOVE_EVENT = re.compile(r"^rebalance: \S+: stage (\d+) -> (\d+);")
 
 
-def validation_scenarios(cfg: TrainConfig, peers: int, slowdown: float) -> list[Scenario]:
+def validation_scenarios(
+    cfg: TrainConfig, peers: int, slowdown: float, held_upload_mbps: float | None = None
+) -> list[Scenario]:
     """Small swarms: even, one slow peer that rebalancing should answer with a move (at two
-    slownesses), and one stage whose server is held back by its upload rather than its compute."""
+    slownesses), and one stage whose server is held back by its upload rather than its compute.
+    `held_upload_mbps`: that server's upload; None: `upload_for_half_rate`, which times a stage on
+    this host first, so two runs of it may pace the server differently (6.4 and 5.9 Mbit/s on one
+    host, one run after the other): an A/B of two commits pins it."""
     three = replace(cfg, num_stages=3)
 
     # 8 peers on 3 stages hold (3, 3, 2): a 4x slower peer on a stage of three makes the stage of two
@@ -51,7 +56,7 @@ def validation_scenarios(cfg: TrainConfig, peers: int, slowdown: float) -> list[
     def one_slow(factor: float) -> list[float]:
         return [slowdown * (factor if p == 2 else 1.0) for p in range(peers)]
 
-    uploads = {1: upload_for_half_rate(three, slowdown)}
+    uploads = {1: upload_for_half_rate(three, slowdown) if held_upload_mbps is None else held_upload_mbps}
     return [
         Scenario(name=f"homogeneous, {peers} peers, 3 stages", cfg=three, slowdowns=[slowdown] * peers),
         # 4x: the move gains about 10% at steady rates, at the policy's bar (a marginal decision);
@@ -232,8 +237,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="simulate against the real runs kept in --out by an earlier run instead of running them",
     )
+    parser.add_argument(
+        "--held-upload-mbps",
+        type=float,
+        help="the upload-bound scenario's server upload (default: half its stage's replies, as timed here)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
+    if args.held_upload_mbps is not None and args.held_upload_mbps <= 0:
+        parser.error(f"--held-upload-mbps must be positive, got {args.held_upload_mbps:g}")
     cfg = TrainConfig(
         preset="small",
         num_stages=3,
@@ -248,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     timing = Timing(steps=args.steps, warmup=args.warmup, churn_s=0.0)
     rows = []
     args.out.mkdir(parents=True, exist_ok=True)
-    for scenario in validation_scenarios(cfg, args.peers, args.slowdown):
+    for scenario in validation_scenarios(cfg, args.peers, args.slowdown, args.held_upload_mbps):
         if args.match in scenario.name:
             real = _real_run(scenario, timing, args.out, args.reuse_real)
             rows.append(compare(as_run(scenario, real), real, timing))

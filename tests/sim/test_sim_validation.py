@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import pytest
 
+from bench import sim_validation
 from bench.baselines import TrainConfig
 from bench.efficiency import Scenario
-from bench.sim_validation import MBIT, as_run, real_moves, settled_rate, sim_scenario
+from bench.sim_validation import (
+    MBIT,
+    as_run,
+    main,
+    real_moves,
+    settled_rate,
+    sim_scenario,
+    validation_scenarios,
+)
 from sim.scenario import Scenario as SimScenario
 from sim.swarm import SwarmSim
 
@@ -57,6 +66,24 @@ def test_a_kept_run_is_simulated_at_the_upload_pace_it_had() -> None:
     scenario = Scenario(name="twin", cfg=CFG, slowdowns=[10.0] * 3, upload_mbps={1: 5.8})
     assert as_run(scenario, {"config": {"upload_mbps": {"1": 4.8}}}).upload_mbps == {1: 4.8}
     assert as_run(scenario, {"config": {"upload_mbps": {}}}).upload_mbps == {1: 5.8}
+
+
+def test_a_pinned_upload_paces_the_held_back_server_without_timing_a_stage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def timed(*_args: object, **_kwargs: object) -> list[float]:
+        raise AssertionError("a pinned upload must not time a stage")
+
+    monkeypatch.setattr(sim_validation, "calibrate_stage_seconds", timed)
+    held = [s for s in validation_scenarios(CFG, 4, 2.0, held_upload_mbps=6.1) if s.upload_mbps]
+    assert [(s.upload_mbps, s.servers_only) for s in held] == [({1: 6.1}, frozenset({1}))]
+
+
+@pytest.mark.parametrize("mbps", ["0", "-3"])
+def test_a_pinned_upload_must_be_positive(mbps: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--held-upload-mbps", mbps])
+    assert "--held-upload-mbps must be positive" in capsys.readouterr().err
 
 
 def test_without_served_readings_the_calibration_is_used() -> None:
