@@ -11,8 +11,14 @@ Links. A peer's rate is also capped by what its links carry: each sample it proc
 stage-dependent number of bytes through it (`swarmhub.stage_cost.stage_bytes_per_sample`:
 activations in, out and their gradients back, as the trainers' calls carry them), so a peer whose
 links carry L bytes/s serves at most L / bytes-per-sample samples/s there however fast it
-computes. L is the best rate any peer measured to it (`inbound_link_rates`, from heartbeats); a
-peer nobody measured is not capped.
+computes. L is the best rate any peer measured to it (`inbound_link_rates`, from heartbeats). A
+peer nobody measured yet (a joiner nobody called) is capped at the median of the links measured in
+the swarm, between the slowest and the fastest of them for its bounds, as a trainer's router
+charges it (`peer.routing`); with no link measured at all, nobody is capped. Uncapped, three
+unmeasured A100s on broadband (1.2 samples/s through their links, 145 by compute) made a simulated
+1,000-peer stage look 570 samples/s strong against 257: the plan took 19 peers from it, it became
+the bottleneck at 189, and its two data-centre peers queued ~590 calls each and timed out
+thousands of them (docs/benchmarks.md, issue 14).
 
 The plan. From the current placement, peers are moved one at a time into the weakest stage (ties:
 the lowest index), each time the peer that leaves the weaker of the two stages involved strongest
@@ -54,6 +60,7 @@ pace the step's longest round move off its stage when the shorter step pays for 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -85,7 +92,8 @@ class PeerLoad:
     """Its rate rests on enough readings to move it on; an unsettled peer counts but stays."""
     queue_length: int = 0
     link_rate: float | None = None
-    """Bytes per second its links were measured to carry; None: not measured, not capped."""
+    """Bytes per second its links were measured to carry; None: not measured, capped as the module
+    docstring says."""
     upload: float | None = None
     """Bytes per second its averaging pushes are given (`averaging.pushing_rate`); None: unknown."""
 
@@ -182,6 +190,23 @@ class Rebalance:
         )
 
 
+class _Links(NamedTuple):
+    """Bytes/s a peer's links are taken to carry for its mean rate and for its bounds."""
+
+    mean: float | None
+    lower: float | None
+    upper: float | None
+
+
+def _unmeasured_links(peers: Sequence[PeerLoad]) -> _Links:
+    """What a peer nobody measured is taken to carry: the median, slowest and fastest of the links
+    measured in the swarm; None (not capped) while none is."""
+    measured = sorted(p.link_rate for p in peers if p.link_rate is not None)
+    if not measured:
+        return _Links(None, None, None)
+    return _Links(statistics.median(measured), measured[0], measured[-1])
+
+
 class _Swarm:
     """The rate model: a peer's rate on any stage (mean and bounds), and stage rates of placements.
 
@@ -202,6 +227,7 @@ class _Swarm:
         self.num_stages = num_stages
         self.costs = costs
         self.bytes_per_sample = bytes_per_sample
+        self.unmeasured = _unmeasured_links(peers)
         self.placement = {p.peer_id: p.stage for p in peers}
         self.order = {peer_id: i for i, peer_id in enumerate(self.placement)}
         self.members: list[list[int]] = [[] for _ in range(num_stages)]
@@ -217,18 +243,29 @@ class _Swarm:
         b = self.bytes_per_sample[stage]
         return link_rate / b if b > 0 else math.inf
 
+    def links(self, peer: PeerLoad) -> _Links:
+        """What `peer`'s links are taken to carry: as measured, or as an unmeasured one's."""
+        if peer.link_rate is None:
+            return self.unmeasured
+        return _Links(peer.link_rate, peer.link_rate, peer.link_rate)
+
     def rates(self, peer_id: int, stage: int) -> tuple[float, float, float]:
         """A peer's mean rate on `stage`, and its lower and upper bound there."""
         p = self.peers[peer_id]
-        scale, cap = self.costs[p.stage] / self.costs[stage], self.cap(p.link_rate, stage)
+        scale, links = self.costs[p.stage] / self.costs[stage], self.links(p)
         low = p.throughput if p.lower is None else min(p.lower, p.throughput)
         high = p.throughput if p.upper is None else max(p.upper, p.throughput)
-        return min(p.throughput * scale, cap), min(low * scale, cap), min(high * scale, cap)
+        return (
+            min(p.throughput * scale, self.cap(links.mean, stage)),
+            min(low * scale, self.cap(links.lower, stage)),
+            min(high * scale, self.cap(links.upper, stage)),
+        )
 
     def rate(self, peer_id: int, stage: int) -> float:
         """A peer's mean rate on `stage`."""
         p = self.peers[peer_id]
-        return min(p.throughput * (self.costs[p.stage] / self.costs[stage]), self.cap(p.link_rate, stage))
+        cap = self.cap(self.links(p).mean, stage)
+        return min(p.throughput * (self.costs[p.stage] / self.costs[stage]), cap)
 
     def stage_sums(self, stage: int, moved: Mapping[int, int]) -> tuple[float, float, float]:
         """`stage`'s mean rate and its peers' squared margins below and above, with the peers in
@@ -490,6 +527,7 @@ class _Candidate(NamedTuple):
     peer_id: int
     throughput: float
     link_rate: float | None
+    """What its links are taken to carry for its mean rate (`_Swarm.links`)."""
     upload: float | None
 
 
@@ -557,7 +595,7 @@ def _plan(swarm: _Swarm, counts: list[int], budget: RoundBudget | None = None) -
     )
     for index, p in enumerate(settled):
         grouped[p.stage].append(
-            _Candidate(swarm.own[p.peer_id][0], index, p.peer_id, p.throughput, p.link_rate, p.upload)
+            _Candidate(swarm.own[p.peer_id][0], index, p.peer_id, p.throughput, swarm.links(p).mean, p.upload)
         )
     donors = [_Donors(swarm, stage, candidates) for stage, candidates in enumerate(grouped)]
 

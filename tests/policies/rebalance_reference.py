@@ -9,6 +9,7 @@ tolerance.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 
 from server.policies.rebalance import (
@@ -34,14 +35,21 @@ class _Table:
         self.mean: dict[int, list[float]] = {}
         self.low: dict[int, list[float]] = {}
         self.high: dict[int, list[float]] = {}
+        measured = sorted(p.link_rate for p in peers if p.link_rate is not None)
+        # A peer nobody measured: the median measured link for its mean, the slowest and fastest
+        # for its bounds; nobody capped while no link is measured.
+        unmeasured = (statistics.median(measured), measured[0], measured[-1]) if measured else (None,) * 3
         for p in peers:
-            caps = [math.inf] * num_stages
-            if p.link_rate is not None and bytes_per_sample is not None:
-                caps = [p.link_rate / b if b > 0 else math.inf for b in bytes_per_sample]
+            links = (p.link_rate,) * 3 if p.link_rate is not None else unmeasured
             scales = [costs[p.stage] / c for c in costs]
             low = p.throughput if p.lower is None else min(p.lower, p.throughput)
             high = p.throughput if p.upper is None else max(p.upper, p.throughput)
-            for rates, rate in ((self.mean, p.throughput), (self.low, low), (self.high, high)):
+            for rates, rate, link in zip(
+                (self.mean, self.low, self.high), (p.throughput, low, high), links, strict=True
+            ):
+                caps = [math.inf] * num_stages
+                if link is not None and bytes_per_sample is not None:
+                    caps = [link / b if b > 0 else math.inf for b in bytes_per_sample]
                 rates[p.peer_id] = [min(rate * scale, cap) for scale, cap in zip(scales, caps, strict=True)]
 
     def means(self, placement: Mapping[int, int]) -> list[float]:

@@ -343,6 +343,18 @@ def linked(stage: int, peer_id: int, throughput: float, link_rate: float | None)
         pytest.param(
             [linked(0, 1, 100.0, 0.0)], [10.0], [0.0], id="a link that carried nothing caps at zero"
         ),
+        pytest.param(
+            [linked(0, 1, 100.0, 100.0), linked(0, 2, 100.0, 300.0), linked(1, 3, 100.0, None)],
+            [10.0, 10.0],
+            [40.0, 20.0],
+            id="a link nobody measured counts at the median of those measured",
+        ),
+        pytest.param(
+            [linked(0, 1, 100.0, None), linked(1, 2, 100.0, None)],
+            [10.0, 10.0],
+            [100.0, 100.0],
+            id="no link measured in the swarm: nobody capped",
+        ),
     ],
 )
 def test_stage_capacities_capped_by_links(
@@ -380,6 +392,56 @@ def test_stage_capacities_capped_by_links(
             [10.0, 10.0],
             [(3, 1, 0)],
             id="a link-bound stage is the bottleneck",
+        ),
+        pytest.param(
+            # Every link measured carries 10 samples/s. Stage 1's three newcomers compute 100 but
+            # nobody called them yet: at the median link they serve 10 each, so stage 1 (40) has
+            # no peer to spare for stage 0 (30). Uncapped it looked 310 strong and gave one, and
+            # was left the bottleneck at 30 by true rates (the 1,000-peer simulation, issue 14).
+            [
+                linked(0, 1, 100.0, 100.0),
+                linked(0, 2, 100.0, 100.0),
+                linked(0, 3, 100.0, 100.0),
+                linked(1, 4, 100.0, 100.0),
+                linked(1, 5, 100.0, None),
+                linked(1, 6, 100.0, None),
+                linked(1, 7, 100.0, None),
+            ],
+            [10.0, 10.0],
+            [],
+            id="unmeasured links do not make a stage look strong",
+        ),
+        pytest.param(
+            # Measured links carry 10 samples/s, one 1. Stage 1 (40 by means) could give a peer to
+            # stage 0 (21), but 30 of its 40 rest on newcomers nobody called, each as slow as 1 at
+            # worst: left with two of them it may be below 21, so at worst the move loses.
+            [
+                linked(0, 1, 100.0, 100.0),
+                linked(0, 2, 100.0, 100.0),
+                linked(0, 3, 100.0, 10.0),
+                linked(1, 4, 100.0, 100.0),
+                linked(1, 5, 100.0, None),
+                linked(1, 6, 100.0, None),
+                linked(1, 7, 100.0, None),
+            ],
+            [10.0, 10.0],
+            [],
+            id="an unmeasured link is as uncertain as the links measured",
+        ),
+        pytest.param(
+            # The same swarm with the newcomers' links measured: stage 1's 40 is sure, and it gives.
+            [
+                linked(0, 1, 100.0, 100.0),
+                linked(0, 2, 100.0, 100.0),
+                linked(0, 3, 100.0, 10.0),
+                linked(1, 4, 100.0, 100.0),
+                linked(1, 5, 100.0, 100.0),
+                linked(1, 6, 100.0, 100.0),
+                linked(1, 7, 100.0, 100.0),
+            ],
+            [10.0, 10.0],
+            [(4, 1, 0)],
+            id="measured, the same links make the move",
         ),
     ],
 )
