@@ -201,10 +201,10 @@ class _Links(NamedTuple):
 def _unmeasured_links(peers: Sequence[PeerLoad]) -> _Links:
     """What a peer nobody measured is taken to carry: the median, slowest and fastest of the links
     measured in the swarm; None (not capped) while none is."""
-    measured = sorted(p.link_rate for p in peers if p.link_rate is not None)
+    measured = [p.link_rate for p in peers if p.link_rate is not None]
     if not measured:
         return _Links(None, None, None)
-    return _Links(statistics.median(measured), measured[0], measured[-1])
+    return _Links(statistics.median(measured), min(measured), max(measured))
 
 
 class _Swarm:

@@ -363,6 +363,14 @@ def test_stage_capacities_capped_by_links(
     assert stage_capacities(peers, len(bytes_per_sample), bytes_per_sample) == pytest.approx(expected)
 
 
+def newcomers_on_stage_1(*, third_link: float, newcomer_link: float | None) -> list[PeerLoad]:
+    """Seven peers computing 100/s: stage 0 three, two of them on links of 100 bytes/s and one on
+    `third_link`; stage 1 one on a link of 100 and three newcomers on `newcomer_link`."""
+    stage_0 = [linked(0, 1, 100.0, 100.0), linked(0, 2, 100.0, 100.0), linked(0, 3, 100.0, third_link)]
+    stage_1 = [linked(1, 4, 100.0, 100.0)] + [linked(1, p, 100.0, newcomer_link) for p in (5, 6, 7)]
+    return stage_0 + stage_1
+
+
 @pytest.mark.parametrize(
     ("peers", "bytes_per_sample", "expected"),
     [
@@ -398,15 +406,7 @@ def test_stage_capacities_capped_by_links(
             # nobody called them yet: at the median link they serve 10 each, so stage 1 (40) has
             # no peer to spare for stage 0 (30). Uncapped it looked 310 strong and gave one, and
             # was left the bottleneck at 30 by true rates (the 1,000-peer simulation, issue 14).
-            [
-                linked(0, 1, 100.0, 100.0),
-                linked(0, 2, 100.0, 100.0),
-                linked(0, 3, 100.0, 100.0),
-                linked(1, 4, 100.0, 100.0),
-                linked(1, 5, 100.0, None),
-                linked(1, 6, 100.0, None),
-                linked(1, 7, 100.0, None),
-            ],
+            newcomers_on_stage_1(third_link=100.0, newcomer_link=None),
             [10.0, 10.0],
             [],
             id="unmeasured links do not make a stage look strong",
@@ -415,30 +415,14 @@ def test_stage_capacities_capped_by_links(
             # Measured links carry 10 samples/s, one 1. Stage 1 (40 by means) could give a peer to
             # stage 0 (21), but 30 of its 40 rest on newcomers nobody called, each as slow as 1 at
             # worst: left with two of them it may be below 21, so at worst the move loses.
-            [
-                linked(0, 1, 100.0, 100.0),
-                linked(0, 2, 100.0, 100.0),
-                linked(0, 3, 100.0, 10.0),
-                linked(1, 4, 100.0, 100.0),
-                linked(1, 5, 100.0, None),
-                linked(1, 6, 100.0, None),
-                linked(1, 7, 100.0, None),
-            ],
+            newcomers_on_stage_1(third_link=10.0, newcomer_link=None),
             [10.0, 10.0],
             [],
             id="an unmeasured link is as uncertain as the links measured",
         ),
         pytest.param(
             # The same swarm with the newcomers' links measured: stage 1's 40 is sure, and it gives.
-            [
-                linked(0, 1, 100.0, 100.0),
-                linked(0, 2, 100.0, 100.0),
-                linked(0, 3, 100.0, 10.0),
-                linked(1, 4, 100.0, 100.0),
-                linked(1, 5, 100.0, 100.0),
-                linked(1, 6, 100.0, 100.0),
-                linked(1, 7, 100.0, 100.0),
-            ],
+            newcomers_on_stage_1(third_link=10.0, newcomer_link=100.0),
             [10.0, 10.0],
             [(4, 1, 0)],
             id="measured, the same links make the move",
