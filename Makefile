@@ -22,10 +22,12 @@ install: $(STAMP)
 # Regenerate the lock from pyproject.toml's ranges, keeping the pins that still satisfy them
 # (LOCK_FLAGS=--upgrade moves every pin to the newest allowed). pip's own configuration supplies
 # the indexes, so this machine's CPU torch wheel is the one whose hash is recorded.
+# --no-strip-extras: a dependency asked for with extras (pip-audit's cachecontrol[filecache]) must be
+# locked with them, or a fresh venv's pip --require-hashes resolves it afresh and refuses it.
 lock:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/pip-compile || $(BIN)/pip install --quiet pip-tools
-	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --no-strip-extras \
 		--extra server --extra peer --extra dev --no-emit-index-url --no-emit-find-links \
 		$(LOCK_FLAGS) --output-file $(LOCK) pyproject.toml
 

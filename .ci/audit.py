@@ -20,7 +20,9 @@ from pathlib import Path
 
 import httpx
 
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
+# An entry may carry the extras a dependant asked for (`uvicorn[standard]==...`); the advisory is the
+# package's own.
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s\\;]+)")
 ADVISORY_API = "https://pypi.org/pypi/{name}/{version}/json"
 
 

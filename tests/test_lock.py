@@ -7,6 +7,7 @@ be missing from every install, since the project itself is installed with --no-d
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import re
 import tomllib
@@ -19,14 +20,24 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements.lock"
-ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})+)", re.M)
+ENTRY = re.compile(
+    r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[([^\]]*)\])?==(\S+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})+)", re.M
+)
 
 
 def _locked() -> dict[str, tuple[Version, int]]:
     """Canonical name -> (pinned version, number of hashes) for every entry of the lock."""
     return {
         canonicalize_name(name): (Version(version), hashes.count("--hash="))
-        for name, version, hashes in ENTRY.findall(LOCK.read_text())
+        for name, _, version, hashes in ENTRY.findall(LOCK.read_text())
+    }
+
+
+def _locked_extras() -> dict[str, set[str]]:
+    """Canonical name -> the extras its entry is locked with (`uvicorn[standard]==` -> {"standard"})."""
+    return {
+        canonicalize_name(name): {canonicalize_name(extra) for extra in extras.split(",") if extra}
+        for name, extras, _, _ in ENTRY.findall(LOCK.read_text())
     }
 
 
@@ -79,3 +90,23 @@ def test_the_audit_checks_every_pin_at_its_public_version() -> None:
     locked = _locked()
     assert set(map(canonicalize_name, pins)) == set(locked)
     assert pins["torch"] == locked["torch"][0].public
+
+
+def test_every_dependency_asked_for_with_extras_is_locked_with_them() -> None:
+    # pip --require-hashes treats `cachecontrol[filecache]>=0.13.0` (pip-audit's) as a requirement of
+    # its own: with the lock's entry a bare `cachecontrol==0.14.4`, a fresh venv's pip fetched the
+    # newest cachecontrol and refused it as unpinned. `make lock` keeps the extras (--no-strip-extras).
+    extras_locked = _locked_extras()
+    missing = []
+    for name, extras in extras_locked.items():
+        for spec in importlib.metadata.distribution(name).requires or []:
+            wanted = Requirement(spec)
+            dependency = canonicalize_name(wanted.name)
+            in_use = [{"extra": extra} for extra in sorted(extras) or [""]]
+            applies = wanted.marker is None or any(wanted.marker.evaluate(env) for env in in_use)
+            asked = {canonicalize_name(extra) for extra in wanted.extras}
+            if applies and dependency in extras_locked and not asked <= extras_locked[dependency]:
+                missing.append(
+                    f"{name} needs {wanted}, the lock has {dependency}{sorted(extras_locked[dependency])}"
+                )
+    assert not missing, "; ".join(missing) + ": run `make lock`"
