@@ -966,9 +966,22 @@ class SwarmSim:
         outcome, limit = self._round_outcome(stage, round_, held)
         self.round_sums[stage] = (self.now, outcome, held)
         if outcome.complete:
-            self.events.at(self.now + outcome.ends_s, self._averaged, stage, round_.attempt)
+            self.events.at(self.now + outcome.ends_s, self._averaged, stage, self._attempt_key(round_))
         else:
-            self.events.at(self.now + limit, self._expired, stage, (round_.attempt, outcome))
+            self.events.at(self.now + limit, self._expired, stage, (self._attempt_key(round_), outcome))
+
+    def _attempt_key(self, round_: AveragingRound) -> tuple[int, int]:
+        """Which attempt a round's scheduled end belongs to: attempts are numbered per step, and a
+        deadline of an earlier step's attempt falls in a later step's averaging (a 719 s limit, a
+        step of ~700 s), where it had ended the attempt of the same number with the old outcome."""
+        return (self.book.step, round_.attempt)
+
+    def _current(self, stage: int, key: tuple[int, int]) -> AveragingRound | None:
+        """The stage's round, if the attempt `key` names is the one under way."""
+        round_ = self.rounds.get(stage)
+        if self.phase != AVERAGING or round_ is None or self._attempt_key(round_) != key:
+            return None
+        return round_
 
     def _round_outcome(
         self, stage: int, round_: AveragingRound, held: frozenset[tuple[int, int]]
@@ -1021,14 +1034,15 @@ class SwarmSim:
         peer.link_reading = (peer.stage, reading)
         return reading
 
-    def _expired(self, stage: int, attempt_outcome: tuple[int, RoundOutcome]) -> None:
+    def _expired(self, stage: int, attempt_outcome: tuple[tuple[int, int], RoundOutcome]) -> None:
         """`StepCycle._expire_rounds` at the round's deadline: the members that had everything report,
         the others name whom they missed, and the round goes on without those holding it up (they copy
         their stage again; their samples are lost), or the stage takes an empty step."""
-        attempt, outcome = attempt_outcome
-        round_ = self.rounds.get(stage)
-        if self.phase != AVERAGING or round_ is None or round_.attempt != attempt:
+        key, outcome = attempt_outcome
+        round_ = self._current(stage, key)
+        if round_ is None:
             return
+        attempt = round_.attempt
         contributors = sorted(round_.group)
         for p in sorted(outcome.reported):
             if self.peers[p].alive:
@@ -1055,10 +1069,11 @@ class SwarmSim:
             self.rounds[stage] = round_.without(*round_.group)
         self._maybe_record()
 
-    def _averaged(self, stage: int, attempt: int) -> None:
-        round_ = self.rounds.get(stage)
-        if self.phase != AVERAGING or round_ is None or round_.attempt != attempt:
+    def _averaged(self, stage: int, key: tuple[int, int]) -> None:
+        round_ = self._current(stage, key)
+        if round_ is None:
             return
+        attempt = round_.attempt
         contributors = sorted(round_.group)
         for p in contributors:
             peer = self.peers[p]
@@ -1071,14 +1086,14 @@ class SwarmSim:
             round_.check_seed = 0
             self.tally.sent["CheckParts"] += len(round_.group)
             round_trip = 2 * max(self.peers[p].kind.latency_s for p in contributors)
-            self.events.at(self.now + round_trip, self._parts_checked, stage, attempt)
+            self.events.at(self.now + round_trip, self._parts_checked, stage, key)
             return
         self._time_round(stage)
         self._maybe_record()
 
-    def _parts_checked(self, stage: int, attempt: int) -> None:
-        round_ = self.rounds.get(stage)
-        if self.phase != AVERAGING or round_ is None or round_.attempt != attempt:
+    def _parts_checked(self, stage: int, key: tuple[int, int]) -> None:
+        round_ = self._current(stage, key)
+        if round_ is None:
             return
         if not round_.awaits_check():
             return

@@ -8,15 +8,17 @@ from typing import Any
 import pytest
 
 from bench.ideal import fixed_pipeline_samples
+from server.policies.averaging import AveragingRound
 from server.policies.silence import suspect_after_s
 from server.policies.view_sample import PEERS_PER_STAGE
 from server.swarm.membership import REBALANCE_INTERVAL_S
+from sim.averaging import RoundOutcome
 from sim.devices import DeviceMix, PeerKind, stage_rate
 from sim.fixed import pipeline_rate, restart_s, simulate_fixed
 from sim.results import RunReport
 from sim.scenario import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, HOMOGENEOUS, SCENARIOS, Scenario
 from sim.stages import StageModel
-from sim.swarm import TICK_S, SwarmSim, _Microbatch, _SentCall
+from sim.swarm import AVERAGING, TICK_S, SwarmSim, _Microbatch, _SentCall
 from swarmhub.presets import get_preset
 from swarmhub.probe import PROBE_TIMEOUT_S
 
@@ -498,3 +500,32 @@ def test_no_microbatch_is_granted_without_a_cap_once_every_stage_is_served() -> 
     report = sim.run()
     assert report.samples_completed > 0
     assert granted_uncapped == []
+
+
+def test_a_deadline_left_over_from_an_earlier_step_does_not_end_this_steps_round() -> None:
+    # Attempts are numbered per step. At 10,000 peers a restarted attempt's 719 s deadline fell in
+    # the next step's averaging, and its old outcome (nobody reported, every member missed someone)
+    # emptied the new round of the same number: a whole step's samples lost at one stage.
+    sim = SwarmSim(BASE)
+    for p in range(4):
+        sim._join(T4, p)
+        sim.peers[p].ready = True
+        sim.view[sim.peers[p].stage].add(p)
+    stage = sim.peers[0].stage
+    group = frozenset(sim.view[stage])
+    sim.book = sim.book.next_book()
+    sim._enter(AVERAGING)
+    # The other stages' rounds are under way, so no step is recorded here.
+    sim.rounds = {
+        s: AveragingRound(stage=s, attempt=0, group=frozenset({-1 - s})) for s in range(BASE.num_stages)
+    }
+    sim.rounds[stage] = AveragingRound(stage=stage, attempt=1, group=group)
+    nobody = RoundOutcome(
+        group=group, reported=frozenset(), missed={p: group - {p} for p in group}, ends_s=0.0
+    )
+
+    sim._expired(stage, ((sim.book.step - 1, 1), nobody))
+    assert sim.rounds[stage].group == group and sim.rounds[stage].attempt == 1
+
+    sim._expired(stage, ((sim.book.step, 1), nobody))
+    assert sim.rounds[stage].group != group
