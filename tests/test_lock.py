@@ -25,20 +25,27 @@ ENTRY = re.compile(
 )
 
 
+def _entries() -> list[tuple[str, set[str], Version, int]]:
+    """(canonical name, extras it is locked with, pinned version, number of hashes) of every entry."""
+    return [
+        (
+            canonicalize_name(name),
+            {canonicalize_name(extra) for extra in extras.split(",") if extra},
+            Version(version),
+            hashes.count("--hash="),
+        )
+        for name, extras, version, hashes in ENTRY.findall(LOCK.read_text())
+    ]
+
+
 def _locked() -> dict[str, tuple[Version, int]]:
     """Canonical name -> (pinned version, number of hashes) for every entry of the lock."""
-    return {
-        canonicalize_name(name): (Version(version), hashes.count("--hash="))
-        for name, _, version, hashes in ENTRY.findall(LOCK.read_text())
-    }
+    return {name: (version, hashes) for name, _, version, hashes in _entries()}
 
 
 def _locked_extras() -> dict[str, set[str]]:
     """Canonical name -> the extras its entry is locked with (`uvicorn[standard]==` -> {"standard"})."""
-    return {
-        canonicalize_name(name): {canonicalize_name(extra) for extra in extras.split(",") if extra}
-        for name, extras, _, _ in ENTRY.findall(LOCK.read_text())
-    }
+    return {name: extras for name, extras, _, _ in _entries()}
 
 
 def _direct_requirements() -> list[Requirement]:
