@@ -99,8 +99,10 @@ def scale(quick: bool) -> tuple[list[dict[str, Any]], Callable[[Any], None]]:
                 target_batch_size=batch * base.microbatch_size,
                 duration_s=duration,
                 averaging=averaging,
-                # Bundling trades queue granularity for speed; small swarms afford every call.
-                bundle=base.bundle if peers >= 5000 else 1,
+                # Calls of one microbatch at every size: a bundle of 4 makes every call, and so a
+                # microbatch's trip through the stages and the step's wave, 4x longer, and gave
+                # 10,000 peers half the fraction of ideal that calls of one did (docs/benchmarks.md).
+                bundle=1,
             )
             report = _run(scenario)
             coordinator = report.coordinator
@@ -111,6 +113,7 @@ def scale(quick: bool) -> tuple[list[dict[str, Any]], Callable[[Any], None]]:
                     "peers": peers,
                     "averaging": averaging,
                     "target_batch_size": scenario.target_batch_size,
+                    "bundle": scenario.bundle,
                     "simulated_s": duration,
                     "coordinator_messages_per_s": coordinator["messages_received_per_s"]
                     + coordinator["messages_sent_per_s"],
