@@ -76,7 +76,8 @@ COPY_SOURCES = 3
 """Peers a mover is offered to copy its stage from: a decision moves at most one peer into a stage
 per three peers there (at least one), so copies do not queue on the same sources."""
 DEFAULT_LINK_RATE = 12.5e6
-"""Bytes per second a mover is assumed to copy at when no peer measured its links (100 Mbit/s)."""
+"""Bytes per second a mover is assumed to copy at when no link in the swarm is measured (100 Mbit/s);
+with some measured, one nobody measured copies at their median, as its rates are capped."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,7 +344,8 @@ def choose_moves(
     def copy_s(peer_id: int, stage: int) -> float:
         if state_bytes is None:
             return 0.0
-        link = swarm.peers[peer_id].link_rate
+        # A mover nobody measured copies at the link its rates are counted at (the median measured).
+        link = swarm.links(swarm.peers[peer_id]).mean
         return state_bytes[stage] / (link if link else DEFAULT_LINK_RATE)
 
     counts = [len(members) for members in swarm.members]

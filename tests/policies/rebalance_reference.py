@@ -39,6 +39,11 @@ class _Table:
         # A peer nobody measured: the median measured link for its mean, the slowest and fastest
         # for its bounds; nobody capped while no link is measured.
         unmeasured = (statistics.median(measured), measured[0], measured[-1]) if measured else (None,) * 3
+        # Its copy, too, runs at the median measured link (the default while none is measured).
+        self.copy_link = {
+            p.peer_id: (p.link_rate if p.link_rate is not None else unmeasured[0]) or DEFAULT_LINK_RATE
+            for p in peers
+        }
         for p in peers:
             links = (p.link_rate,) * 3 if p.link_rate is not None else unmeasured
             scales = [costs[p.stage] / c for c in costs]
@@ -112,8 +117,7 @@ def choose_moves(
     def copy_s(peer_id: int, stage: int) -> float:
         if state_bytes is None:
             return 0.0
-        link = table.peers[peer_id].link_rate
-        return state_bytes[stage] / (link if link else DEFAULT_LINK_RATE)
+        return state_bytes[stage] / table.copy_link[peer_id]
 
     counts = _counts(placement, num_stages)
     if 0 in counts:

@@ -223,6 +223,16 @@ def test_unmeasured_links_copy_at_the_default_rate() -> None:
     assert plan.copy_s == pytest.approx(10.0)
 
 
+def test_a_mover_nobody_measured_copies_at_the_median_link_measured() -> None:
+    # Stage 1's two peers measured at 5 MB/s, stage 0's three not: the mover from stage 0 copies
+    # 125 MB at 5 MB/s (25 s, still paying within 30 s), not at the 12.5 MB/s default (10 s).
+    stage_0, stage_1 = loads(*COSTLY)[:3], with_links(loads(*COSTLY)[3:], 5e6)
+    plan = decide(stage_0 + stage_1, 2, state_bytes=[125e6, 125e6])
+    assert moves_of(plan)[0][1:] == (0, 1)
+    assert plan is not None and plan.copy_s == pytest.approx(25.0)
+    assert plan.gain == pytest.approx(7.5 * (HORIZON_S - 25.0))
+
+
 # ---- confidence --------------------------------------------------------------------------------
 
 
