@@ -39,13 +39,11 @@ class _Table:
         # A peer nobody measured: the median measured link for its mean, the slowest and fastest
         # for its bounds; nobody capped while no link is measured.
         unmeasured = (statistics.median(measured), measured[0], measured[-1]) if measured else (None,) * 3
-        # Its copy, too, runs at the median measured link (the default while none is measured).
-        self.copy_link = {
-            p.peer_id: (p.link_rate if p.link_rate is not None else unmeasured[0]) or DEFAULT_LINK_RATE
-            for p in peers
-        }
+        self.copy_link: dict[int, float] = {}
         for p in peers:
             links = (p.link_rate,) * 3 if p.link_rate is not None else unmeasured
+            # Its copy, too, runs at its mean link (the default while none is measured).
+            self.copy_link[p.peer_id] = links[0] or DEFAULT_LINK_RATE
             scales = [costs[p.stage] / c for c in costs]
             low = p.throughput if p.lower is None else min(p.lower, p.throughput)
             high = p.throughput if p.upper is None else max(p.upper, p.throughput)
